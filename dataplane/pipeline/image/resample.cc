@@ -1,0 +1,254 @@
+#include "dataplane/pipeline/image/resample.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace sluice::pipeline::image {
+namespace {
+
+constexpr int kBits = ResampleAxis::kWeightBits;
+// The vertical pass keeps 8 fractional bits in its 16-bit row buffer; the horizontal pass then
+// accumulates kBits more, so it shifts by 8 + kBits at the end.
+constexpr int kRowFractionBits = 8;
+constexpr int kVerticalShift = kBits - kRowFractionBits;
+constexpr int kHorizontalShift = kBits + kRowFractionBits;
+
+// Window of input indices and float weights for one output sample.
+struct Window {
+  int64_t start = 0;
+  std::vector<double> weights;
+};
+
+Window NearestWindow(double center, int64_t lo, int64_t hi) {
+  int64_t idx = static_cast<int64_t>(std::floor(center));
+  idx = std::clamp<int64_t>(idx, lo, hi - 1);
+  return Window{idx, {1.0}};
+}
+
+Window BilinearWindow(double center, double filter_scale, int64_t lo, int64_t hi) {
+  const double support = filter_scale;  // the triangle filter has support 1, widened by the scale
+  int64_t first = static_cast<int64_t>(std::floor(center - support + 0.5));
+  int64_t last = static_cast<int64_t>(std::floor(center + support + 0.5));  // exclusive
+  first = std::max(first, lo);
+  last = std::min(last, hi);
+  Window w;
+  w.start = first;
+  double total = 0;
+  for (int64_t j = first; j < last; ++j) {
+    double d = std::abs((static_cast<double>(j) + 0.5 - center) / filter_scale);
+    double v = d < 1.0 ? 1.0 - d : 0.0;
+    w.weights.push_back(v);
+    total += v;
+  }
+  if (total <= 0) return NearestWindow(center, lo, hi);
+  for (double& v : w.weights) v /= total;
+  return w;
+}
+
+Window AreaWindow(double a, double b, int64_t lo, int64_t hi) {
+  int64_t first = std::max<int64_t>(static_cast<int64_t>(std::floor(a)), lo);
+  int64_t last = std::min<int64_t>(static_cast<int64_t>(std::ceil(b)), hi);  // exclusive
+  Window w;
+  w.start = first;
+  double total = 0;
+  for (int64_t j = first; j < last; ++j) {
+    double v = std::min(b, static_cast<double>(j + 1)) - std::max(a, static_cast<double>(j));
+    v = std::max(v, 0.0);
+    w.weights.push_back(v);
+    total += v;
+  }
+  if (total <= 0) return NearestWindow((a + b) / 2, lo, hi);
+  for (double& v : w.weights) v /= total;
+  return w;
+}
+
+// Drops zero weights at both ends so the window is as short as possible.
+void Trim(Window& w) {
+  size_t begin = 0, end = w.weights.size();
+  while (end > begin + 1 && w.weights[end - 1] == 0) --end;
+  while (begin + 1 < end && w.weights[begin] == 0) ++begin;
+  w.weights = std::vector<double>(w.weights.begin() + begin, w.weights.begin() + end);
+  w.start += static_cast<int64_t>(begin);
+}
+
+// --- kernels -----------------------------------------------------------------------------------
+// Compiled for AVX2 and a baseline; the loader picks one at start-up (GCC function multiversioning).
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SLUICE_MULTIVERSION __attribute__((target_clones("avx2", "default")))
+#else
+#define SLUICE_MULTIVERSION
+#endif
+
+// acc[k] = sum_t w[t] * rows[t][k], then row[k] = rounded acc >> kVerticalShift.
+SLUICE_MULTIVERSION
+void VerticalPass(const uint8_t* base, int64_t stride, const int32_t* weights, int count, int64_t n,
+                  int32_t* __restrict acc, uint16_t* __restrict row) {
+  {
+    const int32_t w = weights[0];
+    const uint8_t* __restrict src = base;
+    for (int64_t k = 0; k < n; ++k) acc[k] = w * src[k] + (1 << (kVerticalShift - 1));
+  }
+  for (int t = 1; t < count; ++t) {
+    const int32_t w = weights[t];
+    const uint8_t* __restrict src = base + t * stride;
+    for (int64_t k = 0; k < n; ++k) acc[k] += w * src[k];
+  }
+  for (int64_t k = 0; k < n; ++k) row[k] = static_cast<uint16_t>(acc[k] >> kVerticalShift);
+}
+
+inline uint8_t ClampToByte(int32_t v) {
+  v >>= kHorizontalShift;
+  return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
+}
+
+template <int C>
+void HorizontalPassFixed(const uint16_t* row, const ResampleAxis& x, int64_t first_col, uint8_t* dst) {
+  const int64_t out_w = x.out_size();
+  for (int64_t ox = 0; ox < out_w; ++ox) {
+    const int32_t* w = x.weights(ox);
+    const int n = x.count(ox);
+    const uint16_t* p = row + (x.start(ox) - first_col) * C;
+    int32_t acc[C];
+    for (int c = 0; c < C; ++c) acc[c] = 1 << (kHorizontalShift - 1);
+    for (int t = 0; t < n; ++t) {
+      const int32_t wt = w[t];
+      for (int c = 0; c < C; ++c) acc[c] += wt * p[t * C + c];
+    }
+    for (int c = 0; c < C; ++c) dst[ox * C + c] = ClampToByte(acc[c]);
+  }
+}
+
+void HorizontalPassGeneric(const uint16_t* row, const ResampleAxis& x, int64_t first_col, int channels,
+                           uint8_t* dst) {
+  const int64_t out_w = x.out_size();
+  for (int64_t ox = 0; ox < out_w; ++ox) {
+    const int32_t* w = x.weights(ox);
+    const int n = x.count(ox);
+    const uint16_t* p = row + (x.start(ox) - first_col) * channels;
+    for (int c = 0; c < channels; ++c) {
+      int32_t acc = 1 << (kHorizontalShift - 1);
+      for (int t = 0; t < n; ++t) acc += w[t] * p[t * channels + c];
+      dst[ox * channels + c] = ClampToByte(acc);
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<ResizeMethod> ParseResizeMethod(absl::string_view name) {
+  if (name == "bilinear") return ResizeMethod::kBilinear;
+  if (name == "nearest") return ResizeMethod::kNearest;
+  if (name == "area") return ResizeMethod::kArea;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown resize method '", name, "'; expected bilinear, nearest or area"));
+}
+
+absl::string_view ResizeMethodName(ResizeMethod method) {
+  switch (method) {
+    case ResizeMethod::kBilinear: return "bilinear";
+    case ResizeMethod::kNearest: return "nearest";
+    case ResizeMethod::kArea: return "area";
+  }
+  return "?";
+}
+
+ResampleAxis ResampleAxis::Make(ResizeMethod method, bool antialias, double box_start, double box_size,
+                                int64_t clamp_begin, int64_t clamp_end, int64_t out_size, bool reverse) {
+  ResampleAxis axis;
+  axis.out_size_ = out_size;
+  const double scale = box_size / static_cast<double>(out_size);
+  std::vector<Window> windows;
+  windows.reserve(out_size);
+  for (int64_t i = 0; i < out_size; ++i) {
+    const double center = box_start + (static_cast<double>(i) + 0.5) * scale;
+    Window w;
+    switch (method) {
+      case ResizeMethod::kNearest:
+        w = NearestWindow(center, clamp_begin, clamp_end);
+        break;
+      case ResizeMethod::kBilinear:
+        w = BilinearWindow(center, antialias ? std::max(scale, 1.0) : 1.0, clamp_begin, clamp_end);
+        break;
+      case ResizeMethod::kArea:
+        w = AreaWindow(box_start + static_cast<double>(i) * scale,
+                       box_start + static_cast<double>(i + 1) * scale, clamp_begin, clamp_end);
+        break;
+    }
+    Trim(w);
+    windows.push_back(std::move(w));
+  }
+  if (reverse) std::reverse(windows.begin(), windows.end());
+
+  int taps = 1;
+  for (const auto& w : windows) taps = std::max(taps, static_cast<int>(w.weights.size()));
+  axis.taps_ = taps;
+  axis.start_.resize(out_size);
+  axis.count_.resize(out_size);
+  axis.weights_.assign(out_size * taps, 0);
+  axis.first_input_ = clamp_end;
+  axis.end_input_ = clamp_begin;
+  for (int64_t i = 0; i < out_size; ++i) {
+    const Window& w = windows[i];
+    const int n = static_cast<int>(w.weights.size());
+    axis.start_[i] = w.start;
+    axis.count_[i] = n;
+    int32_t* dst = &axis.weights_[i * taps];
+    int32_t sum = 0;
+    int largest = 0;
+    for (int t = 0; t < n; ++t) {
+      dst[t] = static_cast<int32_t>(std::lround(w.weights[t] * (1 << kBits)));
+      sum += dst[t];
+      if (dst[t] > dst[largest]) largest = t;
+    }
+    dst[largest] += (1 << kBits) - sum;  // exact unit gain: flat images stay flat
+    axis.first_input_ = std::min(axis.first_input_, w.start);
+    axis.end_input_ = std::max(axis.end_input_, w.start + n);
+  }
+  return axis;
+}
+
+ResamplePlan::ResamplePlan(const ResampleGeometry& g)
+    : y_(ResampleAxis::Make(g.method, g.antialias, g.box_y, g.box_h, g.clamp_y0, g.clamp_y1, g.out_h,
+                            g.flip_vertical)),
+      x_(ResampleAxis::Make(g.method, g.antialias, g.box_x, g.box_w, g.clamp_x0, g.clamp_x1, g.out_w,
+                            g.flip_horizontal)) {}
+
+void ResamplePlan::Run(const ImageView& src, uint8_t* dst) const {
+  const int channels = src.channels;
+  const int64_t first_col = x_.first_input();
+  const int64_t n = (x_.end_input() - first_col) * channels;
+  // Per-thread scratch rows, reused across calls (no allocation per image once warm).
+  thread_local std::vector<int32_t> acc;
+  thread_local std::vector<uint16_t> row;
+  if (static_cast<int64_t>(acc.size()) < n) {
+    acc.resize(n);
+    row.resize(n);
+  }
+  const int64_t out_w = x_.out_size();
+  const int64_t out_row_bytes = out_w * channels;
+  for (int64_t oy = 0; oy < y_.out_size(); ++oy) {
+    const uint8_t* base =
+        src.data + (y_.start(oy) - src.origin_y) * src.stride + (first_col - src.origin_x) * channels;
+    VerticalPass(base, src.stride, y_.weights(oy), y_.count(oy), n, acc.data(), row.data());
+    uint8_t* out = dst + oy * out_row_bytes;
+    switch (channels) {
+      case 1: HorizontalPassFixed<1>(row.data(), x_, first_col, out); break;
+      case 3: HorizontalPassFixed<3>(row.data(), x_, first_col, out); break;
+      case 4: HorizontalPassFixed<4>(row.data(), x_, first_col, out); break;
+      default: HorizontalPassGeneric(row.data(), x_, first_col, channels, out); break;
+    }
+  }
+}
+
+void ResampleImage(const uint8_t* src, int64_t width, int channels, const ResampleGeometry& geometry,
+                   uint8_t* dst) {
+  ResamplePlan plan(geometry);
+  ImageView view{src, width * channels, channels, 0, 0};
+  plan.Run(view, dst);
+}
+
+}  // namespace sluice::pipeline::image
