@@ -1,0 +1,114 @@
+#include <glob.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "dataplane/pipeline/source.h"
+
+namespace sluice::pipeline {
+
+std::string Split::DebugString() const {
+  if (begin == 0 && end < 0) return absl::StrCat("#", index, " ", path);
+  return absl::StrCat("#", index, " ", path, "[", begin, ":", end < 0 ? std::string("end") : absl::StrCat(end), "]");
+}
+
+SourceRegistry& SourceRegistry::Builtin() {
+  static SourceRegistry* registry = [] {
+    auto* r = new SourceRegistry();
+    RegisterBasicSources(*r);
+    RegisterTextSources(*r);
+    RegisterFileSources(*r);
+    RegisterTFRecordSource(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+absl::Status SourceRegistry::Register(SourceDescriptor descriptor) {
+  if (sources_.count(descriptor.name) != 0) {
+    return absl::AlreadyExistsError(absl::StrCat("source '", descriptor.name, "' is already registered"));
+  }
+  for (auto& common : CommonSourceArgs()) descriptor.args.push_back(std::move(common));
+  std::string name = descriptor.name;
+  sources_.emplace(std::move(name), std::move(descriptor));
+  return absl::OkStatus();
+}
+
+const SourceDescriptor* SourceRegistry::Find(absl::string_view name) const {
+  auto it = sources_.find(name);
+  return it == sources_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> SourceRegistry::Names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, d] : sources_) names.push_back(name);
+  return names;
+}
+
+std::vector<ArgSpec> CommonSourceArgs() {
+  return {
+      Choice("on_error", {"fail", "skip"}, "fail",
+             "What to do with a corrupt record or undecodable file: fail the pipeline with an error naming "
+             "the file and offset, or skip it and count it in the stage's errors_skipped."),
+  };
+}
+
+absl::StatusOr<std::vector<std::string>> ExpandGlob(absl::string_view patterns) {
+  std::vector<std::string> files;
+  for (absl::string_view raw : absl::StrSplit(patterns, ',', absl::SkipEmpty())) {
+    std::string pattern(absl::StripAsciiWhitespace(raw));
+    glob_t g{};
+    int rc = ::glob(pattern.c_str(), GLOB_NOSORT, nullptr, &g);
+    if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
+      globfree(&g);
+      return absl::NotFoundError(absl::StrCat("no files match '", pattern,
+                                              "'; check the path (relative paths are resolved from the "
+                                              "working directory)"));
+    }
+    if (rc != 0) {
+      globfree(&g);
+      return absl::InvalidArgumentError(absl::StrCat("cannot expand file pattern '", pattern, "'"));
+    }
+    std::vector<std::string> matched;
+    for (size_t i = 0; i < g.gl_pathc; ++i) {
+      struct stat st {};
+      if (::stat(g.gl_pathv[i], &st) == 0 && S_ISREG(st.st_mode)) matched.emplace_back(g.gl_pathv[i]);
+    }
+    globfree(&g);
+    if (matched.empty()) {
+      return absl::NotFoundError(absl::StrCat("'", pattern, "' matches no regular files"));
+    }
+    std::sort(matched.begin(), matched.end());
+    files.insert(files.end(), matched.begin(), matched.end());
+  }
+  if (files.empty()) return absl::InvalidArgumentError("empty file pattern; give a path or a glob");
+  return files;
+}
+
+ListSplitProvider::ListSplitProvider(std::vector<Split> splits, int64_t num_shards, int64_t shard_index)
+    : splits_([&] {
+        if (num_shards <= 1) return splits;
+        std::vector<Split> mine;
+        for (auto& s : splits) {
+          if (static_cast<int64_t>(s.index % static_cast<uint64_t>(num_shards)) == shard_index) mine.push_back(s);
+        }
+        return mine;
+      }()) {}
+
+absl::StatusOr<std::optional<Split>> ListSplitProvider::GetNext() {
+  absl::MutexLock lock(&mu_);
+  if (next_ >= splits_.size()) return std::optional<Split>();
+  return std::optional<Split>(splits_[next_++]);
+}
+
+absl::Status ListSplitProvider::Reset() {
+  absl::MutexLock lock(&mu_);
+  next_ = 0;
+  return absl::OkStatus();
+}
+
+}  // namespace sluice::pipeline
