@@ -1,0 +1,178 @@
+// The DataService reconciler as a pure function of observed state: given the DataService object,
+// the objects it owns, the nodes, the consumer pods, the outstanding expectations and the current
+// time, it returns the actions that move the cluster toward the spec (create / apply / delete
+// objects, write status, emit events, manage the drain finalizer) plus a requeue hint.
+//
+// No I/O and no clock: the controller (not built yet) gathers the input from its informer caches,
+// executes the actions in order (stopping at the first failure), records expectations for the
+// creates and deletes it issued, and calls Reconcile again on the next event. Reconcile is
+// thread-compatible: it touches nothing but its arguments.
+#ifndef SLUICE_OPERATOR_RECONCILER_H_
+#define SLUICE_OPERATOR_RECONCILER_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "nlohmann/json.hpp"
+#include "operator/dataservice_types.h"
+#include "operator/expectations.h"
+#include "operator/local_capacity.h"
+#include "operator/observed_state.h"
+
+namespace sluice::op {
+
+// ---- Actions ----
+// The actions of one result are independent of each other: the controller executes them in order
+// and carries on past a failure. An object action carries the event that announces it; the
+// controller emits that event only when the API call succeeded (and a Warning event when it failed).
+
+// An events.k8s.io/v1 Event regarding the DataService.
+struct EmitEvent {
+  std::string type;    // Normal | Warning
+  std::string reason;  // CamelCase, e.g. CreatedWorker
+  std::string action;  // CamelCase verb, e.g. Create
+  std::string note;
+};
+
+// Create `manifest` (kind Pod, Service or PersistentVolumeClaim) in the DataService's namespace.
+struct CreateObject {
+  std::string kind;
+  std::string name;
+  nlohmann::json manifest;
+  EmitEvent event;
+};
+
+// Bring an existing object to `manifest` (server-side apply, field manager sluice-operator).
+struct ApplyObject {
+  std::string kind;
+  std::string name;
+  nlohmann::json manifest;
+  EmitEvent event;
+};
+
+// Delete an object, with a precondition on its uid so that a newer object of the same name is safe.
+struct DeleteObject {
+  std::string kind;
+  std::string name;
+  std::string uid;
+  std::string reason;  // why, for logs (the event carries it too)
+  EmitEvent event;
+};
+
+// Write the operator-owned status fields through the status subresource (a merge patch of
+// {"status": status}; status.autoscaler is never included, the autoscaler owns it).
+struct UpdateStatus {
+  nlohmann::json status;
+};
+
+struct AddFinalizer {
+  std::string finalizer = kDrainFinalizer;
+};
+struct RemoveFinalizer {
+  std::string finalizer = kDrainFinalizer;
+};
+
+// Ask the dispatcher (through its RPC client) to drain these workers: stop handing them tasks and
+// let them finish their in-flight splits. The controller reports progress back in
+// ReconcileInput::drain. Not implemented by any controller yet.
+struct DrainWorkers {
+  std::string dispatcher_address;
+  std::vector<std::string> workers;
+};
+
+using Action = std::variant<CreateObject, ApplyObject, DeleteObject, UpdateStatus, EmitEvent, AddFinalizer,
+                            RemoveFinalizer, DrainWorkers>;
+
+// ---- Input ----
+
+struct ReconcileOptions {
+  // Outstanding creates/deletes older than this are given up on (the cache may have missed an event).
+  absl::Duration expectations_timeout = absl::Minutes(5);
+  // A deleted DataService whose workers have not drained after this long is released anyway.
+  absl::Duration drain_timeout = absl::Minutes(10);
+  // How soon to look again while a drain is in progress.
+  absl::Duration drain_poll_interval = absl::Seconds(5);
+};
+
+// Progress of a drain the controller started after a DrainWorkers action.
+struct DrainProgress {
+  bool complete = false;
+  std::string message;
+};
+
+struct ReconcileInput {
+  // The DataService as stored (JSON from the cache). Parsed inside, so that a malformed object still
+  // gets a Degraded condition instead of being dropped.
+  nlohmann::json dataservice;
+  // Objects whose controller ownerReference is this DataService (others are ignored).
+  std::vector<ObservedPod> owned_pods;
+  std::vector<ObservedService> owned_services;
+  std::vector<ObservedClaim> owned_claims;
+  // All nodes (only those running consumer pods matter).
+  std::vector<ObservedNode> nodes;
+  // Pods selected by spec.placement.consumerSelector in the DataService's namespace (re-filtered here).
+  std::vector<ObservedPod> consumer_pods;
+  // CPU requested per node by all pods of the cluster (SumCpuRequestsByNode).
+  std::map<std::string, int64_t> cpu_requested_by_node;
+  // Snapshot of Expectations::Pending for this DataService.
+  PendingOperations expectations;
+  // Set by the controller once it started draining (after a DrainWorkers action).
+  std::optional<DrainProgress> drain;
+  absl::Time now = absl::UnixEpoch();
+  ReconcileOptions options;
+};
+
+// ---- Output ----
+
+enum class ExpectationsState {
+  kNone,       // nothing was outstanding
+  kSatisfied,  // everything outstanding has been observed: the controller may Forget them
+  kPending,    // still waiting: no creates or deletes were planned
+  kExpired,    // waited longer than expectations_timeout: given up, planning went ahead
+};
+
+// What the reconciler decided about the worker pools (also useful to tests and logs).
+struct WorkerPlan {
+  int64_t desired_local = 0;
+  int64_t desired_remote = 0;
+  LocalCapacity capacity;
+  std::string limited_reason;   // non-empty when ScalingLimited is True
+  std::string limited_message;
+};
+
+struct ReconcileResult {
+  std::vector<Action> actions;
+  std::optional<absl::Duration> requeue_after;
+  ExpectationsState expectations = ExpectationsState::kNone;
+  WorkerPlan plan;
+};
+
+// Errors only when the object cannot even be identified (not an object, no metadata.name or
+// metadata.uid); every other problem becomes a Degraded condition in the returned status action.
+absl::StatusOr<ReconcileResult> Reconcile(const ReconcileInput& input);
+
+// Records in `expectations` the creates and deletes of `result` for the DataService `ds_key`
+// (clearing satisfied or expired ones first). Call before executing the actions.
+void RecordExpectations(const std::string& ds_key, const ReconcileResult& result, absl::Time now,
+                        Expectations* expectations);
+
+// Condition types and the helper that keeps lastTransitionTime when a status does not change.
+inline constexpr char kConditionReady[] = "Ready";
+inline constexpr char kConditionDispatcherReady[] = "DispatcherReady";
+inline constexpr char kConditionWorkersReady[] = "WorkersReady";
+inline constexpr char kConditionDegraded[] = "Degraded";
+inline constexpr char kConditionScalingLimited[] = "ScalingLimited";
+
+// Sets `condition` in `conditions` (by type). Its lastTransitionTime is `now` when the type is new
+// or its status changed, and the previous one otherwise.
+void SetCondition(std::vector<Condition>* conditions, Condition condition, absl::Time now);
+
+}  // namespace sluice::op
+
+#endif  // SLUICE_OPERATOR_RECONCILER_H_
