@@ -1,0 +1,1 @@
+"""Conformance of the test API server with answers recorded from a real Kubernetes API server."""
