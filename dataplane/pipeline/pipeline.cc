@@ -80,6 +80,42 @@ class Pipeline::Impl {
   std::vector<const Stage*> stage_order;  // source first
 };
 
+void AutotuneStep(std::vector<std::shared_ptr<Tunable>>& tunables, int cpu_budget, int64_t ram_budget) {
+  double total_cost = 0;
+  std::vector<std::pair<Tunable*, double>> maps;
+  for (auto& t : tunables) {
+    StageStatsSnapshot s = t->stats->Snapshot();
+    if (t->kind == Tunable::Kind::kParallelism) {
+      uint64_t de = s.elements_out - t->last_elements;
+      uint64_t dc = s.cpu_ns - t->last_cpu_ns;
+      if (de > 0) {
+        double cost = static_cast<double>(dc) / static_cast<double>(de);
+        maps.emplace_back(t.get(), cost);
+        total_cost += cost;
+        t->last_elements = s.elements_out;
+        t->last_cpu_ns = s.cpu_ns;
+      }
+    } else {
+      uint64_t waits = t->consumer_waits.load();
+      if (waits > t->last_waits && s.elements_out > 0) {
+        double avg = static_cast<double>(s.bytes_out) / static_cast<double>(s.elements_out);
+        int64_t cap = ram_budget > 0 ? static_cast<int64_t>(static_cast<double>(ram_budget) / std::max(1.0, avg)) : t->max;
+        int64_t next = std::min({t->value.load() * 2, t->max, std::max<int64_t>(1, cap)});
+        t->value = std::max<int64_t>(next, 1);
+        t->stats->SetBufferSize(t->value);
+      }
+      t->last_waits = waits;
+    }
+  }
+  if (maps.size() > 1 && total_cost > 0) {
+    for (auto& [t, cost] : maps) {
+      int64_t p = static_cast<int64_t>(std::lround(cpu_budget * cost / total_cost));
+      t->value = std::clamp<int64_t>(p, 1, t->max);
+      t->stats->SetParallelism(t->value);
+    }
+  }
+}
+
 namespace {
 
 // Periodically rebalances map parallelism (proportional to each map's measured CPU cost per
@@ -99,50 +135,13 @@ class Autotuner {
     if (thread_.joinable()) thread_.join();
   }
 
-  // One tuning step; public for tests.
-  static void Step(std::vector<std::shared_ptr<Tunable>>& tunables, int cpu_budget, int64_t ram_budget) {
-    double total_cost = 0;
-    std::vector<std::pair<Tunable*, double>> maps;
-    for (auto& t : tunables) {
-      StageStatsSnapshot s = t->stats->Snapshot();
-      if (t->kind == Tunable::Kind::kParallelism) {
-        uint64_t de = s.elements_out - t->last_elements;
-        uint64_t dc = s.cpu_ns - t->last_cpu_ns;
-        if (de > 0) {
-          double cost = static_cast<double>(dc) / static_cast<double>(de);
-          maps.emplace_back(t.get(), cost);
-          total_cost += cost;
-          t->last_elements = s.elements_out;
-          t->last_cpu_ns = s.cpu_ns;
-        }
-      } else {
-        uint64_t waits = t->consumer_waits.load();
-        if (waits > t->last_waits && s.elements_out > 0) {
-          double avg = static_cast<double>(s.bytes_out) / static_cast<double>(s.elements_out);
-          int64_t cap = ram_budget > 0 ? static_cast<int64_t>(static_cast<double>(ram_budget) / std::max(1.0, avg)) : t->max;
-          int64_t next = std::min({t->value.load() * 2, t->max, std::max<int64_t>(1, cap)});
-          t->value = std::max<int64_t>(next, 1);
-          t->stats->SetBufferSize(t->value);
-        }
-        t->last_waits = waits;
-      }
-    }
-    if (maps.size() > 1 && total_cost > 0) {
-      for (auto& [t, cost] : maps) {
-        int64_t p = static_cast<int64_t>(std::lround(cpu_budget * cost / total_cost));
-        t->value = std::clamp<int64_t>(p, 1, t->max);
-        t->stats->SetParallelism(t->value);
-      }
-    }
-  }
-
  private:
   void Loop() {
     absl::MutexLock lock(&mu_);
     while (!stop_) {
       mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Milliseconds(100));
       if (stop_) break;
-      Step(tunables_, cpu_budget_, ram_budget_);
+      AutotuneStep(tunables_, cpu_budget_, ram_budget_);
     }
   }
 

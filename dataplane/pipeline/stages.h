@@ -38,6 +38,12 @@ struct Tunable {
   uint64_t last_cpu_ns = 0, last_elements = 0, last_waits = 0;  // autotuner's own bookkeeping
 };
 
+// One autotuning step over the tunables of a running pipeline: map parallelism is split across
+// the auto maps in proportion to each one's CPU cost per element since the last step (within
+// cpu_budget); a prefetch buffer whose consumer found it empty since the last step doubles, up to
+// what ram_budget allows for its average element size.
+void AutotuneStep(std::vector<std::shared_ptr<Tunable>>& tunables, int cpu_budget, int64_t ram_budget);
+
 // State shared by the stage iterators of one pipeline iterator.
 struct ExecContext {
   std::shared_ptr<SplitProvider> splits;

@@ -52,6 +52,8 @@ class StageStats {
   void SetBufferSize(int64_t b) { buffer_size_.store(b, std::memory_order_relaxed); }
   void SetBuffered(int64_t b) { buffered_.store(b, std::memory_order_relaxed); }
 
+  uint64_t cpu_ns() const { return cpu_ns_.load(std::memory_order_relaxed); }
+  uint64_t elements_out() const { return elements_out_.load(std::memory_order_relaxed); }
   const std::string& name() const { return name_; }
   const std::string& kind() const { return kind_; }
   int index() const { return index_; }

@@ -1,0 +1,77 @@
+// The `sluice` command-line tool: pipeline checking and local runs, benchmarks, and (with the
+// data service) `sluice up`.
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "tools/sluice/pipeline_commands.h"
+#ifdef SLUICE_HAVE_PIPELINE_BENCH
+#include "bench/pipeline/pipeline_bench.h"
+#endif
+#ifdef HAVE_SLUICE_CLI_DATASERVICE
+#include "tools/sluice/dataservice_commands.h"
+#endif
+#ifdef HAVE_SLUICE_BENCH_DATASERVICE
+#include "bench/dataservice_benchmarks.h"
+#endif
+
+int main(int argc, char** argv) {
+  CLI::App app{"Sluice: a disaggregated, autoscaled input-data service for ML training"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "sluice 0.1.0");
+  int rc = 0;
+
+  // sluice pipeline ...
+  auto* pipeline = app.add_subcommand("pipeline", "Check, explain and run pipeline specs locally");
+  pipeline->require_subcommand(1);
+  std::string file;
+  auto* check = pipeline->add_subcommand("check", "Validate a spec and print its normalized plan");
+  check->add_option("file", file, "pipeline spec (YAML or JSON)")->required();
+  check->callback([&] { rc = sluice::cli::PipelineCheck(file, std::cout, std::cerr); });
+
+  auto* explain = pipeline->add_subcommand("explain", "Print the stages after optimisation (fusions, parallelism)");
+  explain->add_option("file", file, "pipeline spec")->required();
+  explain->callback([&] { rc = sluice::cli::PipelineExplain(file, std::cout, std::cerr); });
+
+  sluice::cli::RunOptions run_options;
+  bool no_autotune = false, quiet = false;
+  auto* run = pipeline->add_subcommand("run", "Run a spec locally; report throughput and a per-stage table");
+  run->add_option("file", file, "pipeline spec")->required();
+  run->add_option("--take", run_options.take, "stop after N output elements");
+  run->add_option("--cpu", run_options.cpu_budget, "CPU budget (threads); default: the spec's, else all cores");
+  run->add_flag("--no-autotune", no_autotune, "keep parallelism and prefetch depths as given");
+  run->add_flag("--quiet", quiet, "no progress line");
+  run->add_flag("--json", run_options.json, "print the summary as one JSON object");
+  run->callback([&] {
+    run_options.autotune = !no_autotune;
+    run_options.progress = !quiet;
+    rc = sluice::cli::PipelineRun(file, run_options, std::cout, std::cerr);
+  });
+
+  bool markdown = false;
+  auto* ops = pipeline->add_subcommand("ops", "List sources, steps and ops with their arguments");
+  ops->add_flag("--markdown", markdown, "print as Markdown (docs/pipeline-reference.md)");
+  ops->callback([&] { rc = sluice::cli::PipelineOps(markdown, std::cout); });
+
+  // sluice bench ...
+  auto* bench = app.add_subcommand("bench", "Benchmarks (print progress, then one JSON line)");
+  bench->require_subcommand(1);
+#ifdef SLUICE_HAVE_PIPELINE_BENCH
+  sluice::bench::PipelineBenchOptions pb;
+  auto* bench_pipeline = bench->add_subcommand("pipeline", "ResNet-style JPEG pipeline: Sluice vs PyTorch DataLoader");
+  sluice::bench::AddPipelineBenchFlags(bench_pipeline, pb);
+  bench_pipeline->callback([&] { rc = sluice::bench::RunPipelineBenchmark(pb); });
+#endif
+#ifdef HAVE_SLUICE_BENCH_DATASERVICE
+  sluice::bench::AddDataServiceBenchmarks(bench, rc);
+#endif
+#ifdef HAVE_SLUICE_CLI_DATASERVICE
+  sluice::cli::AddDataServiceCommands(app, rc);
+#endif
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return rc;
+}
