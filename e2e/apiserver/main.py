@@ -10,8 +10,10 @@ import signal
 import sys
 
 if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    __package__ = "e2e.apiserver"  # noqa: A001 - lets the relative imports below work when run as a script
+    # Run as a script: import the package from the repository root, not from this directory.
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+    sys.path.insert(0, os.path.dirname(os.path.dirname(_here)))
 
 from e2e.apiserver.server import ApiServer, Config  # noqa: E402
 

@@ -455,8 +455,12 @@ def apply(live_obj, config, node, manager, subresource, scope, status_reset, for
     other_fields = set()
     for entry in others:
         other_fields |= entry.fields
-    # Fields this manager applied before and dropped now go away unless someone else owns them.
-    for path in sorted(last_set - config_set, key=len):
+    # Fields this manager applied before and dropped now go away unless someone else owns them; so do
+    # the parents that only held them (structured-merge-diff makes named fields members before removing).
+    dropped = set(last_set - config_set)
+    for path in list(dropped):
+        dropped.update(path[:i] for i in range(1, len(path)))
+    for path in sorted(dropped, key=len):
         if _has_prefix(config_set, path) or _has_prefix(other_fields, path):
             continue
         _remove_path(merged, path, node)

@@ -18,7 +18,7 @@ from . import errors, managedfields, patch as patching
 from .crd import CrdStrategy, established_status, preferred_version, resource_types_for, version_sort_key
 from .kinds import DeleteOptions, ResourceType, builtin_types
 from .schema import SchemaError
-from .selectors import parse_field_selector, parse_label_selector
+from .selection import parse_field_selector, parse_label_selector
 from .store import ADDED, DELETED, MODIFIED, Store, Stored, TooOld, Watcher
 from .util import deepcopy, get_path, json_equal, new_uid, now_rfc3339, parse_json_path, random_suffix, set_path
 

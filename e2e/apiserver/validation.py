@@ -3,7 +3,7 @@
 import re
 
 from . import errors
-from .selectors import label_key_error, label_value_error
+from .selection import label_key_error, label_value_error
 
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
