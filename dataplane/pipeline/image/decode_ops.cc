@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <utility>
 
@@ -9,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "dataplane/pipeline/image/image_op_util.h"
 #include "dataplane/pipeline/image/jpeg_decoder.h"
+#include "dataplane/pipeline/image/pixel_buffer.h"
 #include "dataplane/pipeline/image/png_decoder.h"
 
 namespace sluice::pipeline::image {
@@ -122,14 +124,14 @@ class FusedDecodeOp : public ElementOp {
     auto plan = PlanCropResize(crop_, height, width, seed);
     if (!plan.ok()) return plan.status();
     const int C = decode_.channels;
-    Tensor out = Tensor::Allocate(DType::kUInt8, Shape{plan->out_h, plan->out_w, C});
-    absl::Status st = plan->resample ? DecodeAndResample(decoder, *plan, out.mutable_data<uint8_t>())
-                                     : DecodeAndCopy(decoder, *plan, out.mutable_data<uint8_t>());
+    PixelBuffer out(DType::kUInt8, Shape{plan->out_h, plan->out_w, C});
+    absl::Status st = plan->resample ? DecodeAndResample(decoder, *plan, out.data())
+                                     : DecodeAndCopy(decoder, *plan, out.data());
     if (!st.ok()) return DataError(decode_, st.message());
     if (decoder.truncated()) {
       return DataError(decode_, "truncated JPEG: the data ends before the decoded region");
     }
-    **field = std::move(out);
+    **field = std::move(out).Finish();
     return absl::OkStatus();
   }
 
@@ -179,6 +181,9 @@ class FusedDecodeOp : public ElementOp {
   absl::Status DecodeAndCopy(JpegDecoder& decoder, const CropResizePlan& plan, uint8_t* out) const {
     const int C = decode_.channels;
     const int64_t height = decoder.header().height, width = decoder.header().width;
+    const bool pads = plan.rect.y < 0 || plan.rect.x < 0 || plan.rect.y + plan.rect.h > height ||
+                      plan.rect.x + plan.rect.w > width;
+    if (pads) std::memset(out, 0, static_cast<size_t>(plan.rect.h * plan.rect.w * C));
     CropRect valid;
     valid.y = std::max<int64_t>(plan.rect.y, 0);
     valid.x = std::max<int64_t>(plan.rect.x, 0);

@@ -9,6 +9,7 @@
 #include <jpeglib.h>
 
 #include "absl/strings/str_cat.h"
+#include "dataplane/pipeline/image/pixel_buffer.h"
 
 namespace sluice::pipeline::image {
 namespace {
@@ -213,14 +214,14 @@ absl::StatusOr<Tensor> DecodeJpegToTensor(absl::string_view data, int channels, 
   if (absl::Status st = decoder.ReadHeader(); !st.ok()) return st;
   if (absl::Status st = decoder.Start(scale_denom, channels); !st.ok()) return st;
   const int64_t h = decoder.output_height(), w = decoder.output_width();
-  Tensor out = Tensor::Allocate(DType::kUInt8, Shape{h, w, channels});
-  if (absl::Status st = decoder.ReadRows(out.mutable_data<uint8_t>(), w * channels, h); !st.ok()) {
+  PixelBuffer out(DType::kUInt8, Shape{h, w, channels});
+  if (absl::Status st = decoder.ReadRows(out.data(), w * channels, h); !st.ok()) {
     return st;
   }
   if (decoder.truncated()) {
     return absl::InvalidArgumentError("truncated JPEG: the data ends before the last row");
   }
-  return out;
+  return std::move(out).Finish();
 }
 
 }  // namespace sluice::pipeline::image

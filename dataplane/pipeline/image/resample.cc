@@ -4,22 +4,28 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 
 namespace sluice::pipeline::image {
 namespace {
 
 constexpr int kBits = ResampleAxis::kWeightBits;
-// The vertical pass keeps 8 fractional bits in its 16-bit row buffer; the horizontal pass then
-// accumulates kBits more, so it shifts by 8 + kBits at the end.
-constexpr int kRowFractionBits = 8;
+// The vertical pass keeps 7 fractional bits in its 16-bit row buffer (at most 255 << 7 = 32640,
+// so the values fit int16 for SSE2's multiply-add); the horizontal pass then accumulates kBits
+// more, so it shifts by 7 + kBits at the end.
+constexpr int kRowFractionBits = 7;
 constexpr int kVerticalShift = kBits - kRowFractionBits;
 constexpr int kHorizontalShift = kBits + kRowFractionBits;
 
 // Window of input indices and float weights for one output sample.
 struct Window {
   int64_t start = 0;
-  std::vector<double> weights;
+  absl::InlinedVector<double, 16> weights;  // no heap allocation for typical windows
 };
 
 Window NearestWindow(double center, int64_t lo, int64_t hi) {
@@ -70,7 +76,8 @@ void Trim(Window& w) {
   size_t begin = 0, end = w.weights.size();
   while (end > begin + 1 && w.weights[end - 1] == 0) --end;
   while (begin + 1 < end && w.weights[begin] == 0) ++begin;
-  w.weights = std::vector<double>(w.weights.begin() + begin, w.weights.begin() + end);
+  w.weights.erase(w.weights.begin() + end, w.weights.end());
+  w.weights.erase(w.weights.begin(), w.weights.begin() + begin);
   w.start += static_cast<int64_t>(begin);
 }
 
@@ -121,6 +128,36 @@ void HorizontalPassFixed(const uint16_t* row, const ResampleAxis& x, int64_t fir
     for (int c = 0; c < C; ++c) dst[ox * C + c] = ClampToByte(acc[c]);
   }
 }
+
+#if defined(__SSE2__)
+// C = 3 or 4: each step multiplies two taps of all channels at once. Reads up to
+// paired_taps() pixels (+1 element) past a window's start: the row buffer is padded for that.
+template <int C>
+void HorizontalPassSse2(const uint16_t* row, const ResampleAxis& x, int64_t first_col, uint8_t* dst) {
+  static_assert(C == 3 || C == 4);
+  const int64_t out_w = x.out_size();
+  const int pairs = x.paired_taps() / 2;
+  const __m128i round = _mm_set1_epi32(1 << (kHorizontalShift - 1));
+  for (int64_t ox = 0; ox < out_w; ++ox) {
+    const int16_t* w = x.weights16(ox);
+    const uint16_t* p = row + (x.start(ox) - first_col) * C;
+    __m128i acc = round;
+    for (int k = 0; k < pairs; ++k, p += 2 * C, w += 2) {
+      // [a.c0 b.c0 a.c1 b.c1 a.c2 b.c2 a.c3 b.c3] * [wa wb wa wb ...] summed in pairs.
+      const __m128i a = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + C));
+      const __m128i ab = _mm_unpacklo_epi16(a, b);
+      const int32_t wpair = static_cast<int32_t>(static_cast<uint16_t>(w[0])) |
+                            (static_cast<int32_t>(static_cast<uint16_t>(w[1])) << 16);
+      acc = _mm_add_epi32(acc, _mm_madd_epi16(ab, _mm_set1_epi32(wpair)));
+    }
+    acc = _mm_srai_epi32(acc, kHorizontalShift);
+    const __m128i packed = _mm_packus_epi16(_mm_packs_epi32(acc, acc), acc);
+    const uint32_t pixel = static_cast<uint32_t>(_mm_cvtsi128_si32(packed));
+    std::memcpy(dst + ox * C, &pixel, C);
+  }
+}
+#endif
 
 void HorizontalPassGeneric(const uint16_t* row, const ResampleAxis& x, int64_t first_col, int channels,
                            uint8_t* dst) {
@@ -189,6 +226,8 @@ ResampleAxis ResampleAxis::Make(ResizeMethod method, bool antialias, double box_
   axis.start_.resize(out_size);
   axis.count_.resize(out_size);
   axis.weights_.assign(out_size * taps, 0);
+  axis.paired_taps_ = (taps + 1) / 2 * 2;
+  axis.weights16_.assign(out_size * axis.paired_taps_, 0);
   axis.first_input_ = clamp_end;
   axis.end_input_ = clamp_begin;
   for (int64_t i = 0; i < out_size; ++i) {
@@ -205,6 +244,7 @@ ResampleAxis ResampleAxis::Make(ResizeMethod method, bool antialias, double box_
       if (dst[t] > dst[largest]) largest = t;
     }
     dst[largest] += (1 << kBits) - sum;  // exact unit gain: flat images stay flat
+    for (int t = 0; t < n; ++t) axis.weights16_[i * axis.paired_taps_ + t] = static_cast<int16_t>(dst[t]);
     axis.first_input_ = std::min(axis.first_input_, w.start);
     axis.end_input_ = std::max(axis.end_input_, w.start + n);
   }
@@ -221,13 +261,14 @@ void ResamplePlan::Run(const ImageView& src, uint8_t* dst) const {
   const int channels = src.channels;
   const int64_t first_col = x_.first_input();
   const int64_t n = (x_.end_input() - first_col) * channels;
-  // Per-thread scratch rows, reused across calls (no allocation per image once warm).
+  // Per-thread scratch rows, reused across calls (no allocation per image once warm). The row
+  // has zeroed padding for the SIMD pass, which may read a few pixels past a window's end.
+  const int64_t padded = n + (x_.paired_taps() + 2) * channels;
   thread_local std::vector<int32_t> acc;
   thread_local std::vector<uint16_t> row;
-  if (static_cast<int64_t>(acc.size()) < n) {
-    acc.resize(n);
-    row.resize(n);
-  }
+  if (static_cast<int64_t>(acc.size()) < n) acc.resize(n);
+  if (static_cast<int64_t>(row.size()) < padded) row.resize(padded);
+  std::fill(row.begin() + n, row.begin() + padded, 0);
   const int64_t out_w = x_.out_size();
   const int64_t out_row_bytes = out_w * channels;
   for (int64_t oy = 0; oy < y_.out_size(); ++oy) {
@@ -237,8 +278,13 @@ void ResamplePlan::Run(const ImageView& src, uint8_t* dst) const {
     uint8_t* out = dst + oy * out_row_bytes;
     switch (channels) {
       case 1: HorizontalPassFixed<1>(row.data(), x_, first_col, out); break;
+#if defined(__SSE2__)
+      case 3: HorizontalPassSse2<3>(row.data(), x_, first_col, out); break;
+      case 4: HorizontalPassSse2<4>(row.data(), x_, first_col, out); break;
+#else
       case 3: HorizontalPassFixed<3>(row.data(), x_, first_col, out); break;
       case 4: HorizontalPassFixed<4>(row.data(), x_, first_col, out); break;
+#endif
       default: HorizontalPassGeneric(row.data(), x_, first_col, channels, out); break;
     }
   }

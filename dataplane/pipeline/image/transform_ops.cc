@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "dataplane/pipeline/image/image_op_util.h"
+#include "dataplane/pipeline/image/pixel_buffer.h"
 
 namespace sluice::pipeline::image {
 
@@ -179,10 +180,14 @@ absl::StatusOr<Tensor> ApplyCropResize(const CropResizeSpec& spec, const Tensor&
                                        const ImageShape& shape, const CropResizePlan& plan) {
   if (!plan.resample) {
     const int64_t pixel_bytes = shape.channels * static_cast<int64_t>(DTypeSize(image.dtype()));
-    Tensor out = Tensor::Allocate(image.dtype(), ImageShapeOf(shape, plan.out_h, plan.out_w, shape.channels));
-    CopyRect(image.raw(), shape.width * pixel_bytes, CropRect{0, 0, shape.height, shape.width}, pixel_bytes,
-             plan.rect, out.mutable_raw());
-    return out;
+    PixelBuffer out(image.dtype(), ImageShapeOf(shape, plan.out_h, plan.out_w, shape.channels));
+    const CropRect whole{0, 0, shape.height, shape.width};
+    if (plan.rect.y < 0 || plan.rect.x < 0 || plan.rect.y + plan.rect.h > shape.height ||
+        plan.rect.x + plan.rect.w > shape.width) {
+      out.Zero();  // padding
+    }
+    CopyRect(image.raw(), shape.width * pixel_bytes, whole, pixel_bytes, plan.rect, out.data());
+    return std::move(out).Finish();
   }
   if (image.dtype() != DType::kUInt8) {
     return absl::InvalidArgumentError(FieldMessage(
@@ -203,10 +208,9 @@ absl::StatusOr<Tensor> ApplyCropResize(const CropResizeSpec& spec, const Tensor&
   g.out_w = plan.out_w;
   g.method = spec.method;
   g.antialias = spec.antialias;
-  Tensor out = Tensor::Allocate(DType::kUInt8, ImageShapeOf(shape, plan.out_h, plan.out_w, shape.channels));
-  ResampleImage(image.data<uint8_t>(), shape.width, static_cast<int>(shape.channels), g,
-                out.mutable_data<uint8_t>());
-  return out;
+  PixelBuffer out(DType::kUInt8, ImageShapeOf(shape, plan.out_h, plan.out_w, shape.channels));
+  ResampleImage(image.data<uint8_t>(), shape.width, static_cast<int>(shape.channels), g, out.data());
+  return std::move(out).Finish();
 }
 
 namespace {
@@ -296,9 +300,9 @@ class FlipOp : public ElementOp {
     if (!FlipDecision(seed, spec_.probability)) return absl::OkStatus();
     const int64_t pixel = shape->channels * static_cast<int64_t>(DTypeSize(image.dtype()));
     const int64_t row = shape->width * pixel;
-    Tensor out = Tensor::Allocate(image.dtype(), image.shape());
+    PixelBuffer out(image.dtype(), image.shape());
     const uint8_t* src = image.raw();
-    uint8_t* dst = out.mutable_raw();
+    uint8_t* dst = out.data();
     for (int64_t y = 0; y < shape->height; ++y) {
       if (spec_.horizontal) {
         const uint8_t* s = src + y * row;
@@ -310,7 +314,7 @@ class FlipOp : public ElementOp {
         std::memcpy(dst + y * row, src + (shape->height - 1 - y) * row, row);
       }
     }
-    image = std::move(out);
+    image = std::move(out).Finish();
     return absl::OkStatus();
   }
 
@@ -393,8 +397,8 @@ class NormalizeOp : public ElementOp {
     }
     Shape out_shape = spec_.chw ? Shape{C, H, W} : Shape{H, W, C};
     if (shape->rank2) out_shape = Shape{H, W};
-    Tensor out = Tensor::Allocate(DType::kFloat32, out_shape);
-    float* dst = out.mutable_data<float>();
+    PixelBuffer out(DType::kFloat32, out_shape);
+    float* dst = out.as<float>();
     // Output strides: channel, row, column.
     const int64_t sc = spec_.chw ? H * W : 1, sy = spec_.chw ? W : W * C, sx = spec_.chw ? 1 : C;
     if (image.dtype() == DType::kUInt8) {
@@ -424,7 +428,7 @@ class NormalizeOp : public ElementOp {
         }
       }
     }
-    image = std::move(out);
+    image = std::move(out).Finish();
     return absl::OkStatus();
   }
 
