@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from e2e.client import ApiException, KubeClient, KubeConfig
+from e2e.client import ApiException, KubeClient
 from e2e.tests.conftest import WIDGET_CRD, WIDGETS, widget
 
 PODS = "/api/v1/namespaces/%s/pods"

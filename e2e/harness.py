@@ -1,0 +1,304 @@
+"""Test harness: a cluster for end-to-end tests, local or real.
+
+    with harness.Cluster(workdir) as cluster:          # starts the test API server (or uses $KUBECONFIG)
+        cluster.add_node("node-1", cpu="4", image_map={"sluice/worker:dev": "/path/to/sluice-worker"})
+        cluster.apply(open("crds/dataservices.sluice.dev.yaml").read())
+        cluster.wait_for_pods("default", "app=x", count=2)
+
+Without KUBECONFIG the cluster is the test API server (a child process on a free port, with a bearer token and
+a kubeconfig written for it) plus process nodes started by add_node(). With KUBECONFIG set the same calls talk
+to that cluster: no server is started, add_node() starts nothing and returns None (real nodes run the pods).
+teardown() (or leaving the `with`) stops every process the harness started, whatever state they are in.
+A Cluster is meant for one test thread; its client may be shared with helper threads.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+from .client import ApiException, KubeClient, KubeConfig, wait_until, write_kubeconfig
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ADMIN_TOKEN = "e2e-admin-token"
+
+
+class ManagedProcess:
+    """A child process in its own process group, with its output in a log file."""
+
+    def __init__(self, argv, log_path, cwd=REPO, env=None):
+        self.argv = argv
+        self.log_path = log_path
+        self._log = open(log_path, "ab")
+        self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=self._log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def stop(self, grace=10.0):
+        """SIGTERM, then SIGKILL for the whole group after `grace` seconds. Returns the exit code."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        code = self.proc.wait()
+        self._log.close()
+        return code
+
+    def log_tail(self, lines=40):
+        try:
+            with open(self.log_path, "rb") as fh:
+                return b"".join(fh.readlines()[-lines:]).decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+
+class ProcessNode:
+    def __init__(self, name, process, log_dir, work_dir):
+        self.name = name
+        self.process = process
+        self.log_dir = log_dir
+        self.work_dir = work_dir
+
+    def pod_log(self, namespace, pod, container):
+        path = os.path.join(self.log_dir, "%s_%s_%s.log" % (namespace, pod, container))
+        with open(path, "rb") as fh:
+            return fh.read().decode("utf-8", "replace")
+
+    def stop(self, grace=15.0):
+        return self.process.stop(grace)
+
+
+class Cluster:
+    def __init__(self, workdir=None, kubeconfig=None, apiserver_args=(), python=sys.executable):
+        self.kubeconfig = kubeconfig if kubeconfig is not None else os.environ.get("KUBECONFIG")
+        self.real = bool(self.kubeconfig)
+        self._own_workdir = workdir is None
+        self.workdir = workdir or tempfile.mkdtemp(prefix="sluice-e2e-")
+        os.makedirs(self.workdir, exist_ok=True)
+        self.apiserver_args = list(apiserver_args)
+        self.python = python
+        self.server = None
+        self.url = None
+        self.client = None
+        self.nodes = []
+        self._node_index = 0
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+
+    def start(self, timeout=30.0):
+        if self.real:
+            self.client = KubeClient.from_kubeconfig(self.kubeconfig, user_agent="sluice-e2e/1.0")
+            self.url = self.client.config.server
+            return self
+        tokens = os.path.join(self.workdir, "tokens.csv")
+        with open(tokens, "w") as fh:
+            fh.write('%s,e2e-admin,1,"system:masters"\n' % ADMIN_TOKEN)
+        port_file = os.path.join(self.workdir, "apiserver.port")
+        argv = [self.python, "-m", "e2e.apiserver", "--port", "0", "--port-file", port_file,
+                "--token-file", tokens] + self.apiserver_args
+        self.server = ManagedProcess(argv, os.path.join(self.workdir, "apiserver.log"))
+        try:
+            wait_until(lambda: os.path.exists(port_file) or not self.server.alive(), timeout,
+                       message="the test API server to listen")
+        except TimeoutError:
+            self.teardown()
+            raise
+        if not self.server.alive():
+            tail = self.server.log_tail()
+            self.teardown()
+            raise RuntimeError("the test API server exited:\n" + tail)
+        with open(port_file) as fh:
+            port = int(fh.read())
+        self.url = "http://127.0.0.1:%d" % port
+        self.kubeconfig = write_kubeconfig(os.path.join(self.workdir, "kubeconfig"), self.url, ADMIN_TOKEN)
+        self.client = KubeClient(KubeConfig(self.url, token=ADMIN_TOKEN), user_agent="sluice-e2e/1.0")
+        return self
+
+    def teardown(self):
+        """Stops process nodes (their pods' processes with them) and the API server."""
+        errors = []
+        for node in reversed(self.nodes):
+            try:
+                node.stop()
+            except OSError as exc:
+                errors.append(exc)
+        self.nodes = []
+        if self.client is not None:
+            self.client.close()
+        if self.server is not None:
+            self.server.stop(5)
+            self.server = None
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        if errors:
+            raise errors[0]
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.teardown()
+        return False
+
+    # ------------------------------------------------------------------------------------------ nodes
+
+    def add_node(self, name, cpu="8", memory="16Gi", pods=110, labels=None, taints=(), image_map=None,
+                 simulated=False, schedule=False, ip_base=None, probe_period_cap=0.2, extra_args=(),
+                 timeout=30.0):
+        """Starts a process node and waits until its Node is Ready; None on a real cluster."""
+        if self.real:
+            return None
+        self._node_index += 1
+        node_dir = os.path.join(self.workdir, "nodes", name)
+        os.makedirs(node_dir, exist_ok=True)
+        argv = [self.python, "-m", "e2e.processnode", "--kubeconfig", self.kubeconfig, "--node-name", name,
+                "--cpu", str(cpu), "--memory", str(memory), "--pods", str(pods),
+                "--log-dir", os.path.join(node_dir, "logs"), "--work-dir", os.path.join(node_dir, "work"),
+                "--ip-base", ip_base or "127.%d.0.2" % (10 + self._node_index)]
+        for key, value in (labels or {}).items():
+            argv += ["--label", "%s=%s" % (key, value)]
+        for taint in taints:
+            argv += ["--taint", taint]
+        if image_map is not None:
+            if isinstance(image_map, dict):
+                path = os.path.join(node_dir, "image-map.json")
+                with open(path, "w") as fh:
+                    json.dump(image_map, fh)
+                image_map = path
+            argv += ["--image-map", image_map]
+        if simulated:
+            argv.append("--simulated")
+        if schedule:
+            argv.append("--schedule")
+        if probe_period_cap:
+            argv += ["--probe-period-cap", str(probe_period_cap)]
+        argv += list(extra_args)
+        process = ManagedProcess(argv, os.path.join(node_dir, "processnode.log"))
+        node = ProcessNode(name, process, os.path.join(node_dir, "logs"), os.path.join(node_dir, "work"))
+        self.nodes.append(node)
+
+        def ready():
+            if not process.alive():
+                raise RuntimeError("process node %s exited:\n%s" % (name, process.log_tail()))
+            try:
+                obj = self.client.get("/api/v1/nodes/" + name)
+            except ApiException:
+                return False
+            return any(c.get("type") == "Ready" and c.get("status") == "True"
+                       for c in (obj.get("status") or {}).get("conditions") or [])
+
+        self.wait_for(ready, timeout, "node %s to be Ready" % name)
+        return node
+
+    # ------------------------------------------------------------------------------------------ objects
+
+    def path_for(self, obj, namespace=None):
+        return self.client.path_for(obj, namespace)
+
+    def apply(self, docs, namespace=None, manager="sluice-e2e", force=True):
+        """Server-side applies YAML text, a YAML file path, a dict or a list of dicts; returns the results."""
+        if isinstance(docs, str):
+            text = docs
+            if "\n" not in docs and os.path.exists(docs):
+                with open(docs) as fh:
+                    text = fh.read()
+            docs = [d for d in yaml.safe_load_all(text) if d]
+        elif isinstance(docs, dict):
+            docs = [docs]
+        out = []
+        for doc in docs:
+            doc = json.loads(json.dumps(doc))
+            if namespace and self.client.discover(doc["apiVersion"], doc["kind"])[1]:
+                doc.setdefault("metadata", {}).setdefault("namespace", namespace)
+            out.append(self.client.apply(self.path_for(doc, namespace), doc, manager, force=force))
+            if doc.get("kind") == "CustomResourceDefinition":
+                self.wait_for_condition(doc["apiVersion"], "CustomResourceDefinition", doc["metadata"]["name"],
+                                        None, "Established")
+        return out
+
+    def create_namespace(self, name):
+        try:
+            return self.client.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                             "metadata": {"name": name}})
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            return self.client.get("/api/v1/namespaces/" + name)
+
+    def get(self, api_version, kind, name, namespace=None):
+        return self.client.get(self.path_for({"apiVersion": api_version, "kind": kind,
+                                              "metadata": {"name": name, "namespace": namespace}}))
+
+    def delete(self, api_version, kind, name, namespace=None, **query):
+        path = self.path_for({"apiVersion": api_version, "kind": kind,
+                              "metadata": {"name": name, "namespace": namespace}})
+        try:
+            return self.client.delete(path, {k: str(v) for k, v in query.items()} or None)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            return None
+
+    # ------------------------------------------------------------------------------------------ waiting
+
+    @staticmethod
+    def wait_for(predicate, timeout=30.0, message="condition"):
+        """Waits until predicate() is truthy (returned) or raises TimeoutError after `timeout` seconds."""
+        return wait_until(predicate, timeout, message=message)
+
+    def wait_for_condition(self, api_version, kind, name, namespace, condition, status="True", timeout=30.0):
+        def check():
+            obj = self.get(api_version, kind, name, namespace)
+            for cond in (obj.get("status") or {}).get("conditions") or []:
+                if cond.get("type") == condition and cond.get("status") == status:
+                    return obj
+            return None
+
+        return self.wait_for(check, timeout, "%s %s condition %s=%s" % (kind, name, condition, status))
+
+    def wait_for_pods(self, namespace, label_selector, count, phase="Running", ready=True, timeout=30.0):
+        """Waits for exactly `count` non-terminating pods matching the selector in `phase` (and Ready)."""
+        def check():
+            pods = self.client.get("/api/v1/namespaces/%s/pods" % namespace,
+                                   {"labelSelector": label_selector})["items"]
+            live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+            good = [p for p in live if (p.get("status") or {}).get("phase") == phase
+                    and (not ready or any(c.get("type") == "Ready" and c.get("status") == "True"
+                                          for c in p["status"].get("conditions") or []))]
+            return good if len(good) == count and len(live) == count else None
+
+        return self.wait_for(check, timeout, "%d %s pods matching %r in %s" % (count, phase, label_selector,
+                                                                             namespace))
+
+    def wait_for_deletion(self, api_version, kind, name, namespace=None, timeout=30.0):
+        def gone():
+            try:
+                self.get(api_version, kind, name, namespace)
+                return False
+            except ApiException as exc:
+                if exc.status == 404:
+                    return True
+                raise
+
+        return self.wait_for(gone, timeout, "%s %s to be deleted" % (kind, name))
+

@@ -1,0 +1,7 @@
+"""`python3 -m e2e.processnode` entry point."""
+
+import sys
+
+from .main import main
+
+sys.exit(main())
