@@ -41,7 +41,7 @@ std::unique_ptr<Client> MakeClient(const FixtureServer& server, ClientOptions op
 
 json RequestBody(const json& exchange) { return exchange["request"]["body"]; }
 
-TEST_CASE("paths for core and grouped, namespaced and cluster-scoped resources") {
+TEST_CASE("paths for core and grouped / namespaced and cluster-scoped resources") {
   CHECK(resources::Pods().CollectionPath("ns") == "/api/v1/namespaces/ns/pods");
   CHECK(resources::Pods().CollectionPath("") == "/api/v1/pods");
   CHECK(resources::Nodes().ObjectPath("ignored", "node-1") == "/api/v1/nodes/node-1");
@@ -49,14 +49,14 @@ TEST_CASE("paths for core and grouped, namespaced and cluster-scoped resources")
   CHECK(resources::Leases().ApiVersion() == "coordination.k8s.io/v1");
   CHECK(BuildQuery({{"labelSelector", "app in (a,b)"}, {"x", "1"}}) == "?labelSelector=app%20in%20%28a%2Cb%29&x=1");
   ListOptions list;
-  list.resource_version = "0";
+  list.resource_version.emplace("0");
   list.continue_token = "tok";
   list.limit = 5;
   // continue excludes resourceVersion (the server rejects the combination)
   CHECK(list.ToQuery() == QueryParams{{"limit", "5"}, {"continue", "tok"}});
 }
 
-TEST_CASE("create, get, 404 and 409 AlreadyExists replayed from the recording") {
+TEST_CASE("create / get / 404 and 409 AlreadyExists replayed from the recording") {
   FixtureServer server;
   REQUIRE(server.Start().ok());
   for (size_t i = 0; i < 4; ++i) server.ExpectExchange(FixtureExchange("crud", i));
@@ -86,7 +86,7 @@ TEST_CASE("create, get, 404 and 409 AlreadyExists replayed from the recording") 
   CHECK(server.PendingExpectations() == 0);
 }
 
-TEST_CASE("ListAll follows continue tokens across pages; selectors are sent") {
+TEST_CASE("ListAll follows continue tokens across pages - selectors are sent") {
   FixtureServer server;
   REQUIRE(server.Start().ok());
   server.ExpectExchange(FixtureExchange("crud", 6));
@@ -127,7 +127,7 @@ TEST_CASE("an expired continue token restarts the list consistently once") {
                                                        {"metadata", {{"resourceVersion", "9"}}}}));
   auto client = MakeClient(server);
   ListOptions options;
-  options.resource_version = "0";
+  options.resource_version.emplace("0");
   options.limit = 1;
   auto all = client->ListAll(resources::Pods(), "", options);
   REQUIRE(all.ok());
@@ -140,7 +140,7 @@ TEST_CASE("an expired continue token restarts the list consistently once") {
   CHECK(requests[2].query.count("continue") == 0);
 }
 
-TEST_CASE("PUT conflict, merge patch, failing test op and JSON patch replayed") {
+TEST_CASE("PUT conflict / merge patch / failing test op and JSON patch replayed") {
   FixtureServer server;
   REQUIRE(server.Start().ok());
   for (size_t i = 0; i < 5; ++i) server.ExpectExchange(FixtureExchange("update-conflict-patch", i));
@@ -192,7 +192,7 @@ TEST_CASE("422 Invalid and 400 BadRequest from validation carry the field paths"
   REQUIRE(defaults.ok());
 }
 
-TEST_CASE("server-side apply: create, manager conflict, force, missing fieldManager") {
+TEST_CASE("server-side apply: create / manager conflict / force / missing fieldManager") {
   FixtureServer server;
   REQUIRE(server.Start().ok());
   for (size_t i = 0; i < 5; ++i) server.ExpectExchange(FixtureExchange("server-side-apply", i));
@@ -252,7 +252,7 @@ TEST_CASE("status and scale subresources") {
   CHECK(requests[4].path == "/apis/fixtures.sluice.dev/v1alpha1/namespaces/fixtures/samples/a/scale");
 }
 
-TEST_CASE("binding subresource and delete with propagationPolicy, preconditions, grace period") {
+TEST_CASE("binding subresource and delete with propagationPolicy / preconditions / grace period") {
   FixtureServer server;
   REQUIRE(server.Start().ok());
   server.ExpectExchange(FixtureExchange("pods-ownership", 5));
@@ -282,7 +282,7 @@ TEST_CASE("binding subresource and delete with propagationPolicy, preconditions,
   CHECK(body["preconditions"]["resourceVersion"] == "42");
 }
 
-TEST_CASE("401 refreshes a rotating token once; 403 is PermissionDenied") {
+TEST_CASE("401 refreshes a rotating token once - 403 is PermissionDenied") {
   FixtureServer server;
   REQUIRE(server.Start().ok());
   server.ExpectExchange(FixtureExchange("auth-errors", 0));
@@ -305,7 +305,7 @@ TEST_CASE("401 refreshes a rotating token once; 403 is PermissionDenied") {
   CHECK(server.RequestCount() == 3);
 }
 
-TEST_CASE("429 is retried honouring Retry-After; 5xx only for idempotent verbs; bounded") {
+TEST_CASE("429 is retried honouring Retry-After - 5xx only for idempotent verbs - bounded") {
   FixtureServer server;
   REQUIRE(server.Start().ok());
   Reply throttled = Reply::Status(429, "TooManyRequests", "slow down");
@@ -359,7 +359,7 @@ TEST_CASE("client-side rate limit holds requests beyond the burst until the cloc
   CHECK(server.RequestCount() == 3);
 }
 
-TEST_CASE("transport failures and non-JSON answers become statuses, never exceptions") {
+TEST_CASE("transport failures and non-JSON answers become statuses / never exceptions") {
   int dead_port;
   {
     FixtureServer dead;
@@ -401,7 +401,7 @@ TEST_CASE("Create validates TLS material and the server URL") {
   CHECK(std::string(Client::Create(config).status().message()).find("client-certificate") != std::string::npos);
 }
 
-TEST_CASE("watch replays ADDED, MODIFIED, DELETED and BOOKMARK events, then ends cleanly") {
+TEST_CASE("watch replays ADDED / MODIFIED / DELETED and BOOKMARK events / then ends cleanly") {
   FixtureServer server;
   REQUIRE(server.Start().ok());
   server.ExpectExchange(FixtureExchange("watch", 0));
@@ -466,7 +466,7 @@ TEST_CASE("watch: malformed lines end the watch with DataLoss") {
   CHECK(std::string(status.message()).find("EXPLODED") != std::string::npos);
 }
 
-TEST_CASE("watch delivers events while the stream is still open, and a stop request cancels it") {
+TEST_CASE("watch delivers events while the stream is still open / and a stop request cancels it") {
   FixtureServer server;
   REQUIRE(server.Start().ok());
   json events = FixtureExchange("watch", 0)["response"]["events"];

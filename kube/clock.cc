@@ -83,3 +83,23 @@ bool FakeClock::AwaitSleepers(size_t n, absl::Duration real_timeout) const {
 }
 
 }  // namespace sluice::kube
+
+namespace sluice::kube {
+
+std::optional<absl::Time> FakeClock::AwaitSleepBeyond(absl::Time after, absl::Duration real_timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto beyond = [this, after]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (absl::Time t : sleepers_) {
+      if (t > after) return true;
+    }
+    return false;
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&beyond), real_timeout)) return std::nullopt;
+  absl::Time earliest = absl::InfiniteFuture();
+  for (absl::Time t : sleepers_) {
+    if (t > after) earliest = std::min(earliest, t);
+  }
+  return earliest;
+}
+
+}  // namespace sluice::kube

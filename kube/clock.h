@@ -6,6 +6,7 @@
 #ifndef SLUICE_KUBE_CLOCK_H_
 #define SLUICE_KUBE_CLOCK_H_
 
+#include <optional>
 #include <stop_token>
 #include <vector>
 
@@ -60,6 +61,10 @@ class FakeClock final : public Clock {
   std::vector<absl::Time> SleeperDeadlines() const;
   // Waits (real time, up to `real_timeout`) until at least `n` threads are inside SleepUntil.
   bool AwaitSleepers(size_t n, absl::Duration real_timeout = absl::Seconds(10)) const;
+  // Waits (real time) until some thread sleeps until a time later than `after` (i.e. a sleep that
+  // began after the clock last moved past `after`); returns that deadline, or nullopt on timeout.
+  std::optional<absl::Time> AwaitSleepBeyond(absl::Time after,
+                                             absl::Duration real_timeout = absl::Seconds(10)) const;
 
  private:
   mutable absl::Mutex mu_;

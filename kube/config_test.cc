@@ -63,7 +63,7 @@ users:
   user: {tokenFile: tok.txt}
 )";
 
-TEST_CASE("kubeconfig: current context with token, CA data and namespace") {
+TEST_CASE("kubeconfig: current context with token / CA data and namespace") {
   auto config = ParseKubeconfig(kBasic, "mem", "/base");
   REQUIRE(config.ok());
   CHECK(config->server == "https://10.0.0.1:6443");
@@ -73,7 +73,7 @@ TEST_CASE("kubeconfig: current context with token, CA data and namespace") {
   CHECK_FALSE(config->insecure_skip_tls_verify);
 }
 
-TEST_CASE("kubeconfig: explicit context, plain http, insecure, relative tokenFile") {
+TEST_CASE("kubeconfig: explicit context / plain http / insecure / relative tokenFile") {
   auto config = ParseKubeconfig(kBasic, "mem", "/base", "other");
   REQUIRE(config.ok());
   CHECK(config->server == "http://127.0.0.1:8080");
@@ -113,7 +113,7 @@ users: [{name: u, user: {client-certificate-data: )", absl::Base64Escape("C"), "
   CHECK(config->client_key_pem == "K");
 }
 
-TEST_CASE("kubeconfig: KUBECONFIG list merges files, first value wins") {
+TEST_CASE("kubeconfig: KUBECONFIG list merges files / first value wins") {
   TempDir dir;
   WriteFile(dir.File("a"), "current-context: ctx\nusers: [{name: u, user: {token: from-a}}]\n");
   WriteFile(dir.File("b"), R"(
@@ -212,7 +212,7 @@ TEST_CASE("kubeconfig: malformed inputs name the field") {
   }
 }
 
-TEST_CASE("in-cluster config reads service-account files; token file is re-read on rotation") {
+TEST_CASE("in-cluster config reads service-account files - token file is re-read on rotation") {
   TempDir dir;
   WriteFile(dir.File("token"), "first-token\n");
   WriteFile(dir.File("ca.crt"), "CA");
@@ -263,7 +263,7 @@ std::string WritePlugin(const TempDir& dir, const std::string& expiration) {
   return script;
 }
 
-TEST_CASE("exec plugin: token cached until expirationTimestamp, args and env passed, info provided") {
+TEST_CASE("exec plugin: token cached until expirationTimestamp / args and env passed / info provided") {
   TempDir dir;
   FakeClock clock(absl::FromUnixSeconds(1'900'000'000));
   std::string expiry = absl::FormatTime(absl::RFC3339_sec, clock.Now() + absl::Minutes(5), absl::UTCTimeZone());

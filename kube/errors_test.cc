@@ -58,7 +58,7 @@ TEST_CASE("recorded SSA conflict keeps the conflicting field in the message") {
   CHECK(std::string(missing_manager.message()).find("fieldManager") != std::string::npos);
 }
 
-TEST_CASE("recorded 400, 401 and 403 map to InvalidArgument, Unauthenticated, PermissionDenied") {
+TEST_CASE("recorded 400 / 401 and 403 map to InvalidArgument / Unauthenticated / PermissionDenied") {
   CHECK(FromFixture("validation", 3).code() == absl::StatusCode::kInvalidArgument);
   CHECK(KubeReason(FromFixture("validation", 3)) == "BadRequest");
   absl::Status unauthorized = FromFixture("auth-errors", 0);

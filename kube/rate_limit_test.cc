@@ -7,7 +7,7 @@
 namespace sluice::kube {
 namespace {
 
-TEST_CASE("token bucket: burst is free, then one token per 1/qps") {
+TEST_CASE("token bucket: burst is free / then one token per 1/qps") {
   FakeClock clock;
   TokenBucket bucket(50, 100, &clock);
   for (int i = 0; i < 100; ++i) REQUIRE(bucket.Reserve() == absl::ZeroDuration());
@@ -45,7 +45,7 @@ TEST_CASE("unlimited bucket never waits") {
   for (int i = 0; i < 1000; ++i) REQUIRE(bucket.Reserve() == absl::ZeroDuration());
 }
 
-TEST_CASE("watch backoff: 0.8 s doubling to 30 s with bounded jitter, reset starts over") {
+TEST_CASE("watch backoff: 0.8 s doubling to 30 s with bounded jitter / reset starts over") {
   Backoff backoff(BackoffPolicy{}, 42);
   double base = 0.8;
   for (int i = 0; i < 12; ++i) {
@@ -63,7 +63,7 @@ TEST_CASE("watch backoff: 0.8 s doubling to 30 s with bounded jitter, reset star
   CHECK(first <= 1.0);
 }
 
-TEST_CASE("retry policy: 429 for every verb with Retry-After, 5xx only when idempotent, bounded") {
+TEST_CASE("retry policy: 429 for every verb with Retry-After / 5xx only when idempotent / bounded") {
   RetryOptions options;
   options.max_attempts = 4;
   CHECK(RetryDelay(options, "POST", 429, "3", 1, 0.0) == absl::Seconds(3));

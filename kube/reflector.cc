@@ -84,7 +84,7 @@ absl::Status Reflector::ListAndSync(bool consistent, std::stop_token stop) {
   list.label_selector = options_.label_selector;
   list.field_selector = options_.field_selector;
   list.limit = options_.page_size;
-  if (!consistent) list.resource_version = "0";
+  if (!consistent) list.resource_version.emplace("0");
   auto result = client_->ListAll(options_.resource, options_.ns, list, stop);
   if (!result.ok() && !consistent && !absl::IsCancelled(result.status())) {
     // resourceVersion=0 may be refused (or too old for this server): ask for a consistent list.

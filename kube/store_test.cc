@@ -49,7 +49,7 @@ TEST_CASE("store keys objects by namespace/name and keeps indexes current") {
   CHECK(store.ByIndex("owner", "u1").size() == 1);
 }
 
-TEST_CASE("store Replace reports added, updated and deleted; index added late covers old objects") {
+TEST_CASE("store Replace reports added / updated and deleted - index added late covers old objects") {
   Store store;
   store.Upsert(Pod("a", "keep", "1", "w"));
   store.Upsert(Pod("a", "change", "1", "w"));

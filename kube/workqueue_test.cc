@@ -6,6 +6,7 @@
 #include <map>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "kube/clock.h"
 #include "kube/controller.h"
 
@@ -14,7 +15,7 @@ namespace {
 
 std::unique_ptr<RateLimiter> PerItemOnly() { return std::make_unique<ItemExponentialRateLimiter>(); }
 
-TEST_CASE("per-item exponential backoff: 5 ms * 2^n capped at 1000 s; Forget resets") {
+TEST_CASE("per-item exponential backoff: 5 ms * 2^n capped at 1000 s - Forget resets") {
   ItemExponentialRateLimiter limiter;
   CHECK(limiter.When("a") == absl::Milliseconds(5));
   CHECK(limiter.When("a") == absl::Milliseconds(10));
@@ -33,7 +34,7 @@ TEST_CASE("per-item exponential backoff: 5 ms * 2^n capped at 1000 s; Forget res
 TEST_CASE("default controller limiter is the max of per-item backoff and a 10 qps / 100 burst bucket") {
   FakeClock clock;
   auto limiter = DefaultControllerRateLimiter(&clock);
-  for (int i = 0; i < 100; ++i) REQUIRE(limiter->When("k" + std::to_string(i)) == absl::Milliseconds(5));
+  for (int i = 0; i < 100; ++i) REQUIRE(limiter->When(absl::StrCat("k", i)) == absl::Milliseconds(5));
   CHECK(limiter->When("fresh") == absl::Milliseconds(100));  // bucket exhausted: 1/10 s
   CHECK(limiter->When("fresh2") == absl::Milliseconds(200));
   clock.Advance(absl::Seconds(60));
@@ -64,7 +65,7 @@ TEST_CASE("queue de-duplicates and never hands one key to two workers") {
   CHECK(queue.Len() == 0);
 }
 
-TEST_CASE("AddAfter waits on the injected clock; the earliest time wins") {
+TEST_CASE("AddAfter waits on the injected clock - the earliest time wins") {
   FakeClock clock;
   WorkQueue queue(&clock, PerItemOnly());
   queue.AddAfter("late", absl::Seconds(10));
@@ -84,7 +85,7 @@ TEST_CASE("AddAfter waits on the injected clock; the earliest time wins") {
   CHECK(queue.NumWaiting() == 0);
 }
 
-TEST_CASE("AddRateLimited delays by the limiter; Forget resets the key's history") {
+TEST_CASE("AddRateLimited delays by the limiter - Forget resets the key's history") {
   FakeClock clock;
   WorkQueue queue(&clock, PerItemOnly());
   queue.AddRateLimited("a");
@@ -99,7 +100,7 @@ TEST_CASE("AddRateLimited delays by the limiter; Forget resets the key's history
   CHECK(queue.NumRequeues("b") == 0);
 }
 
-TEST_CASE("ShutDown drains queued keys, drops delayed ones and refuses new ones") {
+TEST_CASE("ShutDown drains queued keys / drops delayed ones and refuses new ones") {
   FakeClock clock;
   WorkQueue queue(&clock, PerItemOnly());
   queue.Add("a");
@@ -141,7 +142,7 @@ TEST_CASE("a blocked Get wakes up on shutdown") {
   CHECK_FALSE(got.has_value());
 }
 
-TEST_CASE("controller: error -> rate-limited requeue, requeue_after -> exact delay, success -> forget") {
+TEST_CASE("controller: error -> rate-limited requeue / requeue_after -> exact delay / success -> forget") {
   FakeClock clock;
   WorkQueue queue(&clock, PerItemOnly());
   std::map<std::string, int> calls;
