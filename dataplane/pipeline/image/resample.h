@@ -52,6 +52,7 @@ class ResampleAxis {
   int64_t first_input() const { return first_input_; }
   int64_t end_input() const { return end_input_; }
   int64_t start(int64_t i) const { return start_[i]; }
+  const int64_t* starts() const { return start_.data(); }
   int count(int64_t i) const { return count_[i]; }
   const int32_t* weights(int64_t i) const { return &weights_[i * taps_]; }
   // The same weights as int16, padded with zeros to an even count (paired_taps()) for SIMD.
