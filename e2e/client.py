@@ -249,6 +249,8 @@ class KubeClient:
         """Yields watch events (dicts) until the server ends the stream."""
         q = dict(query or {})
         q["watch"] = "true"
+        if timeout is None and q.get("timeoutSeconds"):
+            timeout = float(q["timeoutSeconds"]) + 30  # the server ends the stream; never time out first
         conn, resp = self.stream(path, q, timeout=timeout)
         try:
             if resp.status != 200:

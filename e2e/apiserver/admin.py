@@ -105,6 +105,7 @@ class Stats:
         self._verbs = {}
         self._by_resource = {}
         self._codes = {}
+        self._clients = {}
         self._total = 0
 
     def reset(self):
@@ -112,19 +113,25 @@ class Stats:
             self._verbs = {}
             self._by_resource = {}
             self._codes = {}
+            self._clients = {}
             self._total = 0
 
-    def record(self, verb, resource, code):
+    def record(self, verb, resource, code, client=""):
+        """Counts one request; `client` is the User-Agent's product name (text before the first '/')."""
         with self._mu:
             self._total += 1
             self._verbs[verb] = self._verbs.get(verb, 0) + 1
             key = "%s %s" % (verb, resource) if resource else verb
             self._by_resource[key] = self._by_resource.get(key, 0) + 1
             self._codes[str(code)] = self._codes.get(str(code), 0) + 1
+            verbs = self._clients.setdefault(client or "unknown", {})
+            verbs[verb] = verbs.get(verb, 0) + 1
 
     def snapshot(self):
         with self._mu:
+            clients = {name: {"verbs": dict(verbs), "writes": sum(v for k, v in verbs.items() if k in WRITE_VERBS)}
+                       for name, verbs in self._clients.items()}
             return {"requests": self._total, "verbs": dict(self._verbs), "byResource": dict(self._by_resource),
-                    "codes": dict(self._codes),
+                    "codes": dict(self._codes), "byClient": clients,
                     "writes": sum(v for k, v in self._verbs.items() if k in WRITE_VERBS)}
 

@@ -349,7 +349,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
         finally:
             if verb != "admin":
-                api.stats.record(verb, resource_label, code)
+                agent = (self.headers.get("User-Agent") or "").split("/")[0]
+                api.stats.record(verb, resource_label, code, agent)
 
     @staticmethod
     def _verb(method, route, query):

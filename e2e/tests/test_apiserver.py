@@ -620,6 +620,7 @@ def test_fault_injection_and_stats(kube, ns):
     assert stats["verbs"]["create"] == 2 and stats["verbs"]["update"] == 2 and stats["verbs"]["get"] == 5
     assert stats["byResource"]["create widgets"] == 2
     assert stats["writes"] == 4 and stats["codes"]["429"] == 1
+    assert stats["byClient"]["e2e-tests"]["writes"] == 4 and stats["byClient"]["e2e-tests"]["verbs"]["get"] == 5
     resp = kube.request("POST", "/_admin/faults", json.dumps({"status": 99}))
     assert resp.status == 400
 
