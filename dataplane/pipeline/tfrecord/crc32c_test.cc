@@ -27,10 +27,12 @@ TEST_CASE("crc32c matches published check values", "[crc32c]") {
 
 TEST_CASE("crc32c portable and hardware paths agree on random data", "[crc32c]") {
   std::mt19937_64 rng(12345);
-  std::vector<uint8_t> data(4096 + 16);
+  std::vector<uint8_t> data(20000 + 16);
   for (auto& byte : data) byte = static_cast<uint8_t>(rng());
   const bool hardware = Crc32cHardwareAvailable();
-  for (size_t length : {0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 1000, 4096}) {
+  // Lengths around the three-stream block (3 x 512 bytes) of the hardware path included.
+  for (size_t length : {0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 1000, 1535, 1536, 1537, 3072,
+                        3079, 4096, 20000}) {
     for (size_t misalign = 0; misalign < 8; ++misalign) {
       const uint8_t* p = data.data() + misalign;
       const uint32_t portable = Crc32cExtendPortable(0, p, length);
