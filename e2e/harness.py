@@ -12,6 +12,7 @@ teardown() (or leaving the `with`) stops every process the harness started, what
 A Cluster is meant for one test thread; its client may be shared with helper threads.
 """
 
+import fcntl
 import json
 import os
 import shutil
@@ -26,6 +27,39 @@ from .client import ApiException, KubeClient, KubeConfig, wait_until, write_kube
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ADMIN_TOKEN = "e2e-admin-token"
+_SLOT_DIR = os.path.join(tempfile.gettempdir(), "sluice-e2e-ip-slots")
+
+
+class AddressSlot:
+    """A machine-wide unique loopback range 127.<10+n>.0.0/16 for one cluster's pods.
+
+    Pods of process nodes bind their pod IP, so two clusters running at once (ctest -j) must not hand out the
+    same addresses. The slot is an flock on a file, released when the cluster stops (or its process dies)."""
+
+    def __init__(self):
+        self.fd = None
+        os.makedirs(_SLOT_DIR, exist_ok=True)
+        for n in range(240):
+            fd = os.open(os.path.join(_SLOT_DIR, "slot-%d" % n), os.O_CREAT | os.O_RDWR, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            self.fd = fd
+            self.octet = 10 + n
+            return
+        raise RuntimeError("all 240 e2e address slots are in use (%s)" % _SLOT_DIR)
+
+    def node_base(self, index, simulated):
+        """First pod address of the index-th node: 254 per real node, about 5000 per simulated node."""
+        third = 100 + 20 * (index % 7) if simulated else index % 100
+        return "127.%d.%d.2" % (self.octet, third)
+
+    def release(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 class ManagedProcess:
@@ -73,11 +107,12 @@ class ManagedProcess:
 
 
 class ProcessNode:
-    def __init__(self, name, process, log_dir, work_dir):
+    def __init__(self, name, process, log_dir, work_dir, ip_base):
         self.name = name
         self.process = process
         self.log_dir = log_dir
         self.work_dir = work_dir
+        self.ip_base = ip_base
 
     def pod_log(self, namespace, pod, container):
         path = os.path.join(self.log_dir, "%s_%s_%s.log" % (namespace, pod, container))
@@ -102,6 +137,7 @@ class Cluster:
         self.client = None
         self.nodes = []
         self._node_index = 0
+        self._slot = None
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -148,6 +184,9 @@ class Cluster:
         if self.server is not None:
             self.server.stop(5)
             self.server = None
+        if self._slot is not None:
+            self._slot.release()
+            self._slot = None
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
         if errors:
@@ -169,12 +208,15 @@ class Cluster:
         if self.real:
             return None
         self._node_index += 1
+        if self._slot is None:
+            self._slot = AddressSlot()
+        ip_base = ip_base or self._slot.node_base(self._node_index, simulated)
         node_dir = os.path.join(self.workdir, "nodes", name)
         os.makedirs(node_dir, exist_ok=True)
         argv = [self.python, "-m", "e2e.processnode", "--kubeconfig", self.kubeconfig, "--node-name", name,
                 "--cpu", str(cpu), "--memory", str(memory), "--pods", str(pods),
                 "--log-dir", os.path.join(node_dir, "logs"), "--work-dir", os.path.join(node_dir, "work"),
-                "--ip-base", ip_base or "127.%d.0.2" % (10 + self._node_index)]
+                "--ip-base", ip_base]
         for key, value in (labels or {}).items():
             argv += ["--label", "%s=%s" % (key, value)]
         for taint in taints:
@@ -194,7 +236,7 @@ class Cluster:
             argv += ["--probe-period-cap", str(probe_period_cap)]
         argv += list(extra_args)
         process = ManagedProcess(argv, os.path.join(node_dir, "processnode.log"))
-        node = ProcessNode(name, process, os.path.join(node_dir, "logs"), os.path.join(node_dir, "work"))
+        node = ProcessNode(name, process, os.path.join(node_dir, "logs"), os.path.join(node_dir, "work"), ip_base)
         self.nodes.append(node)
 
         def ready():
