@@ -13,7 +13,7 @@ import re
 
 from .. import quantity
 from . import errors, typeschema as ts
-from .util import deepcopy, now_micro, now_rfc3339, random_suffix
+from .util import deepcopy, random_suffix
 from .validation import name_problems, validate_object_meta
 
 ALL_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
@@ -879,9 +879,3 @@ def builtin_types():
         ResourceType("coordination.k8s.io", "v1", "leases", "Lease", LeaseStrategy()),
     ]
 
-
-def now_for_event():
-    return now_micro()
-
-
-__all__ = ["ResourceType", "Strategy", "DeleteOptions", "builtin_types", "storage_version_hash", "now_rfc3339"]

@@ -20,6 +20,7 @@ from .kinds import DeleteOptions, ResourceType, builtin_types
 from .schema import SchemaError
 from .selection import parse_field_selector, parse_label_selector
 from .store import ADDED, DELETED, MODIFIED, Store, Stored, TooOld, Watcher
+from .validation import check_builtin_shapes, check_object_meta_types
 from .util import deepcopy, get_path, json_equal, new_uid, now_rfc3339, parse_json_path, random_suffix, set_path
 
 APPLY_PATCH = "application/apply-patch+yaml"
@@ -175,7 +176,18 @@ class Registry:
         if meta is None:
             obj["metadata"] = {}
         elif not isinstance(meta, dict):
-            raise errors.bad_request("metadata must be an object, not %s" % type(meta).__name__)
+            raise errors.bad_request('%s in version "%s" cannot be handled as a %s: json: cannot unmarshal %s into '
+                                     'Go struct field %s.metadata of type v1.ObjectMeta'
+                                     % (rtype.kind, rtype.version, rtype.kind, type(meta).__name__, rtype.kind))
+        else:
+            check_object_meta_types(meta, rtype.kind)
+            try:
+                managedfields.decode_entries(meta.get("managedFields"))
+            except ValueError as exc:
+                raise self._invalid(rtype, meta.get("name") or "", [
+                    errors.invalid("metadata.managedFields", "", str(exc))]) from exc
+        if self._is_builtin(rtype):
+            check_builtin_shapes(obj, rtype.kind, rtype.version)
 
     @staticmethod
     def _normalize_metadata(obj):

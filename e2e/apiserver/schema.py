@@ -19,6 +19,48 @@ _TYPES = {"object", "array", "string", "integer", "number", "boolean"}
 _BLOCKING = {errors.REQUIRED, errors.TYPE_INVALID, errors.TOO_LONG, errors.TOO_MANY}
 
 
+def _is_num(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_count(v):
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _is_strings(v):
+    return isinstance(v, list) and all(isinstance(i, str) for i in v)
+
+
+# Keyword -> (check of its value, what it must be); a CRD schema breaking these is rejected.
+_KEYWORD_TYPES = {
+    "type": (lambda v: isinstance(v, str), "a string"),
+    "properties": (lambda v: isinstance(v, dict), "an object of schemas"),
+    "additionalProperties": (lambda v: isinstance(v, (bool, dict)), "a boolean or a schema"),
+    "items": (lambda v: isinstance(v, dict), "a schema"),
+    "required": (_is_strings, "a list of strings"),
+    "enum": (lambda v: isinstance(v, list), "a list"),
+    "minimum": (_is_num, "a number"), "maximum": (_is_num, "a number"), "multipleOf": (_is_num, "a number"),
+    "exclusiveMinimum": (lambda v: isinstance(v, bool), "a boolean"),
+    "exclusiveMaximum": (lambda v: isinstance(v, bool), "a boolean"),
+    "minLength": (_is_count, "a non-negative integer"), "maxLength": (_is_count, "a non-negative integer"),
+    "minItems": (_is_count, "a non-negative integer"), "maxItems": (_is_count, "a non-negative integer"),
+    "minProperties": (_is_count, "a non-negative integer"), "maxProperties": (_is_count, "a non-negative integer"),
+    "pattern": (lambda v: isinstance(v, str), "a string"), "format": (lambda v: isinstance(v, str), "a string"),
+    "nullable": (lambda v: isinstance(v, bool), "a boolean"),
+    "x-kubernetes-validations": (lambda v: isinstance(v, list), "a list of rules"),
+    "x-kubernetes-list-type": (lambda v: v in ("atomic", "set", "map"), "one of atomic, set, map"),
+    "x-kubernetes-list-map-keys": (_is_strings, "a list of strings"),
+    "x-kubernetes-map-type": (lambda v: v in ("atomic", "granular"), "atomic or granular"),
+    "x-kubernetes-preserve-unknown-fields": (lambda v: isinstance(v, bool), "a boolean"),
+    "x-kubernetes-int-or-string": (lambda v: isinstance(v, bool), "a boolean"),
+    "x-kubernetes-embedded-resource": (lambda v: isinstance(v, bool), "a boolean"),
+    "allOf": (lambda v: isinstance(v, list), "a list of schemas"),
+    "anyOf": (lambda v: isinstance(v, list), "a list of schemas"),
+    "oneOf": (lambda v: isinstance(v, list), "a list of schemas"),
+    "not": (lambda v: isinstance(v, dict), "a schema"),
+}
+
+
 class SchemaError(Exception):
     def __init__(self, field_errors):
         super().__init__(errors.aggregate(field_errors))
@@ -66,6 +108,11 @@ class StructuralSchema:
         if not isinstance(node, dict):
             problems.append(errors.invalid(path, node, "must be a schema object"))
             return
+        bad = [errors.invalid("%s.%s" % (path, key), node[key], "must be %s" % what)
+               for key, (check, what) in _KEYWORD_TYPES.items() if key in node and not check(node[key])]
+        if bad:
+            problems.extend(bad)
+            return
         typ = node.get("type")
         if typ is not None and typ not in _TYPES:
             problems.append(errors.not_supported(path + ".type", typ, sorted(_TYPES)))
@@ -100,8 +147,8 @@ class StructuralSchema:
             compiled = []
             for i, rule in enumerate(rules):
                 rule_path = "%s.x-kubernetes-validations[%d]" % (path, i)
-                if not isinstance(rule, dict) or "rule" not in rule:
-                    problems.append(errors.required(rule_path + ".rule", ""))
+                if not isinstance(rule, dict) or not isinstance(rule.get("rule"), str):
+                    problems.append(errors.required(rule_path + ".rule", "must be a string"))
                     continue
                 unknown = set(rule) - {"rule", "message", "messageExpression", "reason", "fieldPath"}
                 if unknown:

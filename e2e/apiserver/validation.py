@@ -108,3 +108,120 @@ def validate_object_meta(meta, namespaced, name_kind):
                 problems.append(errors.invalid("metadata.ownerReferences", refs,
                                                "Only one reference can have Controller set to true"))
     return problems
+
+
+_META_TYPES = {"name": "string", "generateName": "string", "namespace": "string", "selfLink": "string",
+               "uid": "string", "resourceVersion": "string", "creationTimestamp": "string",
+               "deletionTimestamp": "string", "generation": "int64", "deletionGracePeriodSeconds": "int64",
+               "labels": "map[string]string", "annotations": "map[string]string", "finalizers": "[]string",
+               "ownerReferences": "[]v1.OwnerReference", "managedFields": "[]v1.ManagedFieldsEntry"}
+
+
+def _json_kind(value):
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def check_object_meta_types(meta, kind):
+    """Rejects ObjectMeta fields of the wrong JSON type with the decoder's 400, as the API server does."""
+    def fail(field, value, go_type):
+        raise errors.bad_request('%s in version "v1" cannot be handled as a %s: json: cannot unmarshal %s into Go '
+                                 'struct field ObjectMeta.metadata.%s of type %s'
+                                 % (kind, kind, _json_kind(value), field, go_type))
+
+    for field, go_type in _META_TYPES.items():
+        value = meta.get(field)
+        if value is None:
+            continue
+        if go_type == "string" and not isinstance(value, str):
+            fail(field, value, go_type)
+        elif go_type == "int64" and (not isinstance(value, int) or isinstance(value, bool)):
+            fail(field, value, go_type)
+        elif go_type == "map[string]string":
+            if not isinstance(value, dict):
+                fail(field, value, go_type)
+            for item in value.values():
+                if not isinstance(item, str):
+                    fail(field, item, "string")
+        elif go_type.startswith("[]"):
+            if not isinstance(value, list):
+                fail(field, value, go_type)
+            for item in value:
+                if go_type == "[]string" and not isinstance(item, str):
+                    fail(field, item, "string")
+                if go_type != "[]string" and not isinstance(item, dict):
+                    fail(field, item, go_type[2:])
+
+
+# The JSON shapes the decoder of a built-in kind insists on (dotted paths; `[]` steps into list items).
+_OBJ, _LIST, _STRMAP = "object", "array", "map of strings"
+BUILTIN_SHAPES = {
+    "Pod": {"spec": _OBJ, "status": _OBJ, "spec.containers": _LIST, "spec.containers[]": _OBJ,
+            "spec.initContainers": _LIST, "spec.initContainers[]": _OBJ, "spec.volumes": _LIST,
+            "spec.volumes[]": _OBJ, "spec.tolerations": _LIST, "spec.tolerations[]": _OBJ,
+            "spec.nodeSelector": _STRMAP, "spec.containers[].ports": _LIST, "spec.containers[].ports[]": _OBJ,
+            "spec.containers[].env": _LIST, "spec.containers[].env[]": _OBJ, "spec.containers[].resources": _OBJ,
+            "spec.containers[].volumeMounts": _LIST, "spec.containers[].volumeMounts[]": _OBJ,
+            "spec.containers[].args": _LIST, "spec.containers[].command": _LIST, "status.conditions": _LIST,
+            "status.conditions[]": _OBJ, "status.containerStatuses": _LIST, "status.podIPs": _LIST},
+    "Service": {"spec": _OBJ, "status": _OBJ, "spec.ports": _LIST, "spec.ports[]": _OBJ, "spec.selector": _STRMAP},
+    "Node": {"spec": _OBJ, "status": _OBJ, "spec.taints": _LIST, "spec.taints[]": _OBJ, "status.conditions": _LIST,
+             "status.conditions[]": _OBJ, "status.capacity": _OBJ, "status.allocatable": _OBJ,
+             "status.addresses": _LIST},
+    "Namespace": {"spec": _OBJ, "status": _OBJ},
+    "ConfigMap": {"data": _STRMAP, "binaryData": _STRMAP},
+    "Secret": {"data": _STRMAP, "stringData": _STRMAP},
+    "PersistentVolumeClaim": {"spec": _OBJ, "status": _OBJ, "spec.resources": _OBJ, "spec.accessModes": _LIST},
+    "Lease": {"spec": _OBJ},
+    "Event": {"involvedObject": _OBJ, "regarding": _OBJ, "source": _OBJ, "deprecatedSource": _OBJ,
+              "series": _OBJ, "related": _OBJ},
+    "Deployment": {"spec": _OBJ, "status": _OBJ, "spec.template": _OBJ, "spec.template.spec": _OBJ,
+                   "spec.selector": _OBJ},
+    "CustomResourceDefinition": {"spec": _OBJ, "status": _OBJ, "spec.names": _OBJ, "spec.versions": _LIST,
+                                 "spec.versions[]": _OBJ},
+}
+BUILTIN_SHAPES["StatefulSet"] = BUILTIN_SHAPES["ReplicaSet"] = BUILTIN_SHAPES["Deployment"]
+
+
+def _shape_ok(value, shape):
+    if shape == _OBJ:
+        return isinstance(value, dict)
+    if shape == _LIST:
+        return isinstance(value, list)
+    return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+
+
+def check_builtin_shapes(obj, kind, api_version):
+    """400 (like the decoder) when a built-in kind's field has the wrong JSON type."""
+    shapes = BUILTIN_SHAPES.get(kind) or {}
+
+    def values_at(path):
+        current = [obj]
+        for step in path.split("."):
+            items = step.endswith("[]")
+            key = step[:-2] if items else step
+            nxt = []
+            for value in current:
+                if isinstance(value, dict) and value.get(key) is not None:
+                    child = value[key]
+                    if items:
+                        nxt.extend(child if isinstance(child, list) else [])
+                    else:
+                        nxt.append(child)
+            current = nxt
+        return current
+
+    for path, shape in shapes.items():
+        for value in values_at(path):
+            if not _shape_ok(value, shape):
+                raise errors.bad_request('%s in version "%s" cannot be handled as a %s: json: cannot unmarshal %s '
+                                         'into Go struct field %s.%s of type %s'
+                                         % (kind, api_version, kind, _json_kind(value), kind,
+                                            path.replace("[]", ""), shape))

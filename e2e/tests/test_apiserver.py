@@ -647,3 +647,55 @@ def test_discovery(kube):
     crd = kube.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.test.sluice.dev")
     assert {c["type"]: c["status"] for c in crd["status"]["conditions"]} == {"NamesAccepted": "True",
                                                                            "Established": "True"}
+
+
+MALFORMED_BODIES = [
+    [], "text", 5, None, {"metadata": 5}, {"metadata": {"name": 5}}, {"metadata": {"name": "x", "labels": []}},
+    {"metadata": {"name": "x", "labels": {"a": 1}}}, {"metadata": {"generateName": 7}},
+    {"metadata": {"name": "x", "finalizers": "f"}}, {"metadata": {"name": "x", "ownerReferences": {}}},
+    {"metadata": {"name": "x", "ownerReferences": [5]}}, {"metadata": {"name": "x", "annotations": {"a": []}}},
+    {"metadata": {"name": "x"}, "spec": "nonsense"}, {"metadata": {"name": "x"}, "spec": []},
+    {"metadata": {"name": "x"}, "spec": {"containers": "c"}}, {"metadata": {"name": "x"}, "spec": {"containers": [5]}},
+    {"metadata": {"name": "x"}, "spec": {"ports": [{"port": "a"}]}}, {"metadata": {"name": "x"}, "status": 3},
+    {"metadata": {"name": "x"}, "data": [1]}, {"metadata": {"name": "x"}, "spec": {"image": 5, "replicas": "2"}},
+    {"metadata": {"name": "x", "managedFields": "m"}},
+    {"metadata": {"name": "x", "managedFields": [{"operation": "Bogus"}]}},
+]
+
+
+@pytest.mark.parametrize("collection", [
+    "/api/v1/namespaces/%s/pods", "/api/v1/namespaces/%s/services", "/api/v1/nodes",
+    "/api/v1/namespaces/%s/configmaps", "/api/v1/namespaces/%s/secrets",
+    "/api/v1/namespaces/%s/persistentvolumeclaims", "/api/v1/namespaces/%s/events",
+    "/apis/events.k8s.io/v1/namespaces/%s/events", "/apis/coordination.k8s.io/v1/namespaces/%s/leases",
+    "/apis/apps/v1/namespaces/%s/deployments", WIDGETS, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+    "/api/v1/namespaces"])
+def test_malformed_objects_never_cause_server_errors(kube, ns, collection):
+    path = collection % ns if "%s" in collection else collection
+    for body in MALFORMED_BODIES:
+        for method, target, ctype in (("POST", path, "application/json"),
+                                      ("PUT", path + "/x", "application/json"),
+                                      ("PATCH", path + "/x", "application/merge-patch+json"),
+                                      ("PATCH", path + "/x", "application/apply-patch+yaml")):
+            resp = kube.request(method, target, json.dumps(body), ctype, {"fieldManager": "fuzz"})
+            assert 400 <= resp.status < 500 or resp.status in (200, 201), (method, target, body, resp.body[:300])
+            assert resp.json()["kind"] != "Status" or resp.json()["code"] < 500
+
+
+@pytest.mark.parametrize("schema", [
+    5, [], {"type": 7}, {"type": "object", "properties": []}, {"type": "object", "properties": {"a": 5}},
+    {"type": "object", "required": "a"}, {"type": "object", "properties": {"a": {"type": "array", "items": 3}}},
+    {"type": "object", "x-kubernetes-validations": "self.a"}, {"type": "object", "x-kubernetes-validations": [5]},
+    {"type": "object", "x-kubernetes-validations": [{"rule": 5}]}, {"type": "object", "additionalProperties": 3},
+    {"type": "object", "properties": {"a": {"type": "string", "enum": "x"}}},
+    {"type": "object", "properties": {"a": {"type": "integer", "minimum": "0"}}},
+    {"type": "object", "properties": {"a": {"type": "string", "pattern": 5}}},
+])
+def test_malformed_crd_schemas_are_rejected(kube, schema):
+    crd = json.loads(json.dumps(WIDGET_CRD))
+    crd["metadata"]["name"] = "things.bad.sluice.dev"
+    crd["spec"]["group"] = "bad.sluice.dev"
+    crd["spec"]["names"] = {"plural": "things", "kind": "Thing"}
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = schema
+    resp = kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json.dumps(crd))
+    assert resp.status in (400, 422), resp.body[:400]
