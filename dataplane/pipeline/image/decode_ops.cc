@@ -52,6 +52,8 @@ absl::StatusOr<Tensor> DecodeBytes(const DecodeSpec& spec, absl::string_view byt
   return DecodePngToTensor(bytes, spec.channels);
 }
 
+// decode_jpeg / decode_png / decode_image: encoded bytes to uint8 [H, W, C]. Immutable after
+// construction; Apply is thread-safe.
 class DecodeOp : public ElementOp {
  public:
   explicit DecodeOp(DecodeSpec spec) : spec_(std::move(spec)) {}
