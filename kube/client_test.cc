@@ -501,3 +501,102 @@ TEST_CASE("watch delivers events while the stream is still open / and a stop req
 
 }  // namespace
 }  // namespace sluice::kube
+
+namespace sluice::kube {
+namespace {
+
+struct TlsFixture {
+  testing::TestCertificate server_cert = *testing::MakeSelfSignedCertificate("kube-apiserver");
+  testing::TestCertificate client_cert = *testing::MakeSelfSignedCertificate("sluice-test-client");
+};
+
+TEST_CASE("HTTPS: the configured CA is trusted - an unknown server certificate is refused") {
+  TlsFixture certs;
+  FixtureServer server;
+  REQUIRE(server.StartTls({certs.server_cert, ""}).ok());
+  server.SetFallback([](const testing::RecordedRequest&) { return Reply::Json(200, {{"kind", "Pod"}}); });
+  REQUIRE(server.url().rfind("https://127.0.0.1:", 0) == 0);
+  Config config;
+  config.server = server.url();
+  config.token = "secret";
+  ClientOptions options = FastOptions();
+  options.retry.max_attempts = 1;
+
+  config.ca_pem = certs.server_cert.cert_pem;
+  auto trusted = Client::Create(config, options);
+  REQUIRE(trusted.ok());
+  auto pod = (*trusted)->Get(resources::Pods(), "x", "p");
+  REQUIRE(pod.ok());
+  CHECK(server.Requests().back().headers["authorization"] == "Bearer secret");
+
+  config.ca_pem = certs.client_cert.cert_pem;  // some other CA
+  auto untrusted = Client::Create(config, options);
+  REQUIRE(untrusted.ok());
+  CHECK((*untrusted)->Get(resources::Pods(), "x", "p").status().code() == absl::StatusCode::kUnavailable);
+
+  config.ca_pem.clear();
+  config.insecure_skip_tls_verify = true;
+  auto insecure = Client::Create(config, options);
+  REQUIRE(insecure.ok());
+  CHECK((*insecure)->Get(resources::Pods(), "x", "p").ok());
+}
+
+TEST_CASE("HTTPS: client certificate authentication") {
+  TlsFixture certs;
+  FixtureServer server;
+  REQUIRE(server.StartTls({certs.server_cert, certs.client_cert.cert_pem}).ok());
+  server.SetFallback([](const testing::RecordedRequest&) { return Reply::Json(200, {{"kind", "Pod"}}); });
+  Config config;
+  config.server = server.url();
+  config.ca_pem = certs.server_cert.cert_pem;
+  ClientOptions options = FastOptions();
+  options.retry.max_attempts = 1;
+  auto anonymous = Client::Create(config, options);
+  REQUIRE(anonymous.ok());
+  CHECK((*anonymous)->Get(resources::Pods(), "x", "p").status().code() == absl::StatusCode::kUnavailable);
+  CHECK(server.RequestCount() == 0);
+
+  config.client_cert_pem = certs.client_cert.cert_pem;
+  config.client_key_pem = certs.client_cert.key_pem;
+  auto with_cert = Client::Create(config, options);
+  REQUIRE(with_cert.ok());
+  REQUIRE((*with_cert)->Get(resources::Pods(), "x", "p").ok());
+  CHECK(server.Requests().back().headers["x-client-cn"] == "sluice-test-client");
+}
+
+TEST_CASE("HTTPS watch streams events live and stops promptly") {
+  TlsFixture certs;
+  FixtureServer server;
+  REQUIRE(server.StartTls({certs.server_cert, ""}).ok());
+  json events = FixtureExchange("watch", 0)["response"]["events"];
+  server.Expect("GET", kSamples.CollectionPath("fixtures"), Reply::Watch({events[0]}, /*hold_open=*/true));
+  Config config;
+  config.server = server.url();
+  config.ca_pem = certs.server_cert.cert_pem;
+  auto client = Client::Create(config, FastOptions());
+  REQUIRE(client.ok());
+  absl::Mutex mu;
+  int received = 0;
+  std::stop_source stop;
+  absl::Status result;
+  std::thread watcher([&] {
+    result = (*client)->Watch(kSamples, "fixtures", {},
+                              [&](WatchEvent&&) {
+                                absl::MutexLock lock(&mu);
+                                ++received;
+                                return absl::OkStatus();
+                              },
+                              stop.get_token());
+  });
+  {
+    absl::MutexLock lock(&mu);
+    auto one = [&]() { return received == 1; };
+    REQUIRE(mu.AwaitWithTimeout(absl::Condition(&one), absl::Seconds(10)));
+  }
+  stop.request_stop();
+  watcher.join();
+  CHECK(absl::IsCancelled(result));
+}
+
+}  // namespace
+}  // namespace sluice::kube

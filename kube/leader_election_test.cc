@@ -208,8 +208,8 @@ TEST_CASE("Run: waits out a live holder / backs off after a 409 / takes over / r
   CHECK(wait <= 2.0 * 2.2);
   CHECK(server.RequestCount() == 1);
 
+  endpoint.FailNextPut();            // another candidate will win the race for the stale lease
   clock.Advance(absl::Seconds(16));  // the holder stopped renewing: stale on our clock
-  endpoint.FailNextPut();            // ... but another candidate wins the race
   wake = clock.AwaitSleepBeyond(clock.Now());
   REQUIRE(wake.has_value());
   auto requests = server.Requests();

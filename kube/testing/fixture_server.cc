@@ -1,11 +1,17 @@
 #include "kube/testing/fixture_server.h"
 
 #include <arpa/inet.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
@@ -56,17 +62,82 @@ std::string PercentDecode(absl::string_view in) {
   return out;
 }
 
-bool SendAll(int fd, absl::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = send(fd, data.data(), data.size(), MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return true;
+std::string BioToString(BIO* bio) {
+  char* data = nullptr;
+  long size = BIO_get_mem_data(bio, &data);
+  return std::string(data, static_cast<size_t>(size));
+}
+
+bool AddExtension(X509* cert, int nid, const char* value) {
+  X509V3_CTX ctx;
+  X509V3_set_ctx_nodb(&ctx);
+  X509V3_set_ctx(&ctx, cert, cert, nullptr, nullptr, 0);
+  X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value);
+  if (ext == nullptr) return false;
+  bool ok = X509_add_ext(cert, ext, -1) == 1;
+  X509_EXTENSION_free(ext);
+  return ok;
 }
 
 }  // namespace
+
+// One accepted connection, plain or TLS.
+struct FixtureServer::Connection {
+  int fd = -1;
+  SSL* ssl = nullptr;
+
+  ssize_t Read(char* buf, size_t size) {
+    if (ssl != nullptr) return SSL_read(ssl, buf, static_cast<int>(size));
+    return recv(fd, buf, size, 0);
+  }
+  bool WriteAll(absl::string_view data) {
+    while (!data.empty()) {
+      ssize_t n = ssl != nullptr ? SSL_write(ssl, data.data(), static_cast<int>(data.size()))
+                                 : send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+      if (n < 0 && ssl == nullptr && errno == EINTR) continue;
+      if (n <= 0) return false;
+      data.remove_prefix(static_cast<size_t>(n));
+    }
+    return true;
+  }
+};
+
+absl::StatusOr<TestCertificate> MakeSelfSignedCertificate(absl::string_view common_name) {
+  EVP_PKEY* key = EVP_EC_gen("P-256");
+  if (key == nullptr) return absl::InternalError("EC key generation failed");
+  X509* cert = X509_new();
+  TestCertificate out;
+  bool ok = cert != nullptr && X509_set_version(cert, 2) == 1;
+  static std::atomic<long> serial{1};
+  ok = ok && ASN1_INTEGER_set(X509_get_serialNumber(cert), serial++) == 1;
+  ok = ok && X509_gmtime_adj(X509_getm_notBefore(cert), -3600) != nullptr;
+  ok = ok && X509_gmtime_adj(X509_getm_notAfter(cert), 86400) != nullptr;
+  ok = ok && X509_set_pubkey(cert, key) == 1;
+  std::string cn(common_name);
+  X509_NAME* name = ok ? X509_get_subject_name(cert) : nullptr;
+  ok = ok && X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>(cn.c_str()),
+                                        -1, -1, 0) == 1;
+  ok = ok && X509_set_issuer_name(cert, name) == 1;
+  std::string san = absl::StrCat("IP:127.0.0.1,DNS:localhost,DNS:", cn);
+  ok = ok && AddExtension(cert, NID_subject_alt_name, san.c_str());
+  ok = ok && AddExtension(cert, NID_basic_constraints, "critical,CA:TRUE");
+  ok = ok && AddExtension(cert, NID_key_usage, "critical,digitalSignature,keyCertSign");
+  ok = ok && X509_sign(cert, key, EVP_sha256()) > 0;
+  if (ok) {
+    BIO* cert_bio = BIO_new(BIO_s_mem());
+    BIO* key_bio = BIO_new(BIO_s_mem());
+    ok = PEM_write_bio_X509(cert_bio, cert) == 1 &&
+         PEM_write_bio_PrivateKey(key_bio, key, nullptr, nullptr, 0, nullptr, nullptr) == 1;
+    out.cert_pem = BioToString(cert_bio);
+    out.key_pem = BioToString(key_bio);
+    BIO_free(cert_bio);
+    BIO_free(key_bio);
+  }
+  X509_free(cert);
+  EVP_PKEY_free(key);
+  if (!ok) return absl::InternalError("building a self-signed certificate failed");
+  return out;
+}
 
 json RecordedRequest::JsonBody() const { return json::parse(body, nullptr, false, false); }
 
@@ -147,9 +218,43 @@ json FixtureExchange(absl::string_view name, size_t index) {
 }
 
 FixtureServer::FixtureServer() = default;
-FixtureServer::~FixtureServer() { Stop(); }
+FixtureServer::~FixtureServer() {
+  Stop();
+  if (ssl_ctx_ != nullptr) SSL_CTX_free(static_cast<SSL_CTX*>(ssl_ctx_));
+}
 
-std::string FixtureServer::url() const { return absl::StrCat("http://127.0.0.1:", port_); }
+std::string FixtureServer::url() const {
+  return absl::StrCat(ssl_ctx_ != nullptr ? "https" : "http", "://127.0.0.1:", port_);
+}
+
+absl::Status FixtureServer::StartTls(const TlsOptions& tls) {
+  // SSL_write on a socket the client closed would raise SIGPIPE; tests want an error instead.
+  signal(SIGPIPE, SIG_IGN);
+  SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+  if (ctx == nullptr) return absl::InternalError("SSL_CTX_new failed");
+  ssl_ctx_ = ctx;
+  BIO* cert_bio = BIO_new_mem_buf(tls.server.cert_pem.data(), static_cast<int>(tls.server.cert_pem.size()));
+  X509* cert = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr);
+  BIO_free(cert_bio);
+  BIO* key_bio = BIO_new_mem_buf(tls.server.key_pem.data(), static_cast<int>(tls.server.key_pem.size()));
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(key_bio, nullptr, nullptr, nullptr);
+  BIO_free(key_bio);
+  bool ok = cert != nullptr && key != nullptr && SSL_CTX_use_certificate(ctx, cert) == 1 &&
+            SSL_CTX_use_PrivateKey(ctx, key) == 1;
+  X509_free(cert);
+  EVP_PKEY_free(key);
+  if (!ok) return absl::InvalidArgumentError("fixture server: bad TLS certificate or key");
+  if (!tls.client_ca_pem.empty()) {
+    BIO* ca_bio = BIO_new_mem_buf(tls.client_ca_pem.data(), static_cast<int>(tls.client_ca_pem.size()));
+    X509* ca = PEM_read_bio_X509(ca_bio, nullptr, nullptr, nullptr);
+    BIO_free(ca_bio);
+    if (ca == nullptr) return absl::InvalidArgumentError("fixture server: bad client CA");
+    X509_STORE_add_cert(SSL_CTX_get_cert_store(ctx), ca);
+    X509_free(ca);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  }
+  return Start();
+}
 
 absl::Status FixtureServer::Start() {
   listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -298,43 +403,68 @@ Reply FixtureServer::Answer(const RecordedRequest& request) {
   return Reply::Status(404, "NotFound", absl::StrCat("no fixture for ", request.method, " ", request.path));
 }
 
-bool FixtureServer::WriteReply(int fd, const Reply& reply) {
+bool FixtureServer::WriteReply(Connection& conn, const Reply& reply) {
   std::string head = absl::StrCat("HTTP/1.1 ", reply.status, " ", ReasonPhrase(reply.status), "\r\n",
                                   "Content-Type: ", reply.content_type, "\r\n");
   for (const auto& [name, value] : reply.headers) absl::StrAppend(&head, name, ": ", value, "\r\n");
   if (!reply.chunked) {
     absl::StrAppend(&head, "Content-Length: ", reply.body.size(), "\r\n\r\n");
-    return SendAll(fd, head) && SendAll(fd, reply.body);
+    return conn.WriteAll(head) && conn.WriteAll(reply.body);
   }
   absl::StrAppend(&head, "Transfer-Encoding: chunked\r\n\r\n");
-  if (!SendAll(fd, head)) return false;
-  for (const std::string& line : reply.lines) {
-    std::string chunk = absl::StrCat(absl::Hex(line.size() + 1), "\r\n", line, "\n\r\n");
-    if (!SendAll(fd, chunk)) return false;
+  uint64_t generation = 0;
+  if (reply.hold_open) {
+    // Counted from before the first byte, so a client that saw any event knows it is held.
+    absl::MutexLock lock(&mu_);
+    generation = release_generation_;
+    ++held_open_;
   }
+  bool ok = WriteChunks(conn, head, reply);
   if (reply.hold_open) {
     absl::MutexLock lock(&mu_);
-    uint64_t generation = release_generation_;
-    ++held_open_;
     auto released = [this, generation]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return stopping_ || release_generation_ != generation;
     };
-    mu_.Await(absl::Condition(&released));
+    if (ok) mu_.Await(absl::Condition(&released));
     --held_open_;
   }
-  return SendAll(fd, "0\r\n\r\n");
+  return ok && conn.WriteAll("0\r\n\r\n");
+}
+
+bool FixtureServer::WriteChunks(Connection& conn, const std::string& head, const Reply& reply) {
+  if (!conn.WriteAll(head)) return false;
+  for (const std::string& line : reply.lines) {
+    std::string chunk = absl::StrCat(absl::Hex(line.size() + 1), "\r\n", line, "\n\r\n");
+    if (!conn.WriteAll(chunk)) return false;
+  }
+  return true;
 }
 
 void FixtureServer::ServeConnection(int fd) {
+  Connection conn;
+  conn.fd = fd;
+  std::string client_cn;
+  bool open = true;
+  if (ssl_ctx_ != nullptr) {
+    conn.ssl = SSL_new(static_cast<SSL_CTX*>(ssl_ctx_));
+    SSL_set_fd(conn.ssl, fd);
+    if (SSL_accept(conn.ssl) != 1) {
+      open = false;
+    } else if (X509* peer = SSL_get1_peer_certificate(conn.ssl); peer != nullptr) {
+      char cn[256] = {0};
+      X509_NAME_get_text_by_NID(X509_get_subject_name(peer), NID_commonName, cn, sizeof(cn));
+      client_cn = cn;
+      X509_free(peer);
+    }
+  }
   std::string buffer;
   char chunk[8192];
   auto fill = [&]() {
-    ssize_t n = recv(fd, chunk, sizeof(chunk), 0);
+    ssize_t n = conn.Read(chunk, sizeof(chunk));
     if (n <= 0) return false;
     buffer.append(chunk, static_cast<size_t>(n));
     return true;
   };
-  bool open = true;
   while (open) {
     size_t header_end;
     while ((header_end = buffer.find("\r\n\r\n")) == std::string::npos) {
@@ -393,12 +523,13 @@ void FixtureServer::ServeConnection(int fd) {
         if (size == 0) break;
       }
     }
+    if (!client_cn.empty()) request.headers["x-client-cn"] = client_cn;
     {
       absl::MutexLock lock(&mu_);
       requests_.push_back(request);
     }
     Reply reply = Answer(request);
-    if (!WriteReply(fd, reply)) break;
+    if (!WriteReply(conn, reply)) break;
     if (auto c = request.headers.find("connection"); c != request.headers.end() &&
                                                      absl::AsciiStrToLower(c->second) == "close") {
       break;
@@ -413,6 +544,7 @@ void FixtureServer::ServeConnection(int fd) {
       }
     }
   }
+  if (conn.ssl != nullptr) SSL_free(conn.ssl);
   close(fd);
 }
 

@@ -54,6 +54,20 @@ struct Reply {
 
 using Handler = std::function<std::optional<Reply>(const RecordedRequest&)>;
 
+// A self-signed certificate (valid for 127.0.0.1 and CN) and its key, both PEM, for TLS tests.
+struct TestCertificate {
+  std::string cert_pem;
+  std::string key_pem;
+};
+absl::StatusOr<TestCertificate> MakeSelfSignedCertificate(absl::string_view common_name);
+
+struct TlsOptions {
+  TestCertificate server;
+  // When set, clients must present a certificate signed by (or equal to) this PEM; its subject CN
+  // is recorded as the "x-client-cn" header of each request.
+  std::string client_ca_pem;
+};
+
 // Where the fixtures live: $SLUICE_KUBE_FIXTURES, else <source>/../shared/kube-fixtures.
 std::string FixturesDir();
 // Loads <FixturesDir>/<name>.json.
@@ -70,9 +84,11 @@ class FixtureServer {
   FixtureServer& operator=(const FixtureServer&) = delete;
 
   absl::Status Start();
+  // Serves HTTPS instead of HTTP.
+  absl::Status StartTls(const TlsOptions& tls);
   void Stop();
   int port() const { return port_; }
-  std::string url() const;  // "http://127.0.0.1:<port>"
+  std::string url() const;  // "http://127.0.0.1:<port>" (or https:// after StartTls)
 
   // Queues `reply` for the next request with this method and path whose query contains every
   // pair of `query`. Expectations are matched in the order they were added, each used once.
@@ -87,7 +103,7 @@ class FixtureServer {
   size_t RequestCount() const;
   // Waits (real time) until at least n requests arrived.
   bool WaitForRequests(size_t n, absl::Duration timeout = absl::Seconds(10)) const;
-  // Held-open streams currently being served.
+  // Held-open streams being served (counted from before their first byte is sent).
   size_t OpenHeldStreams() const;
   bool WaitForOpenHeldStreams(size_t n, absl::Duration timeout = absl::Seconds(10)) const;
   // Ends every held stream (they finish with the terminating chunk).
@@ -100,11 +116,14 @@ class FixtureServer {
     std::map<std::string, std::string> query;
     Reply reply;
   };
+  struct Connection;
   void AcceptLoop();
   void ServeConnection(int fd);
   Reply Answer(const RecordedRequest& request);
-  bool WriteReply(int fd, const Reply& reply);
+  bool WriteReply(Connection& conn, const Reply& reply);
+  bool WriteChunks(Connection& conn, const std::string& head, const Reply& reply);
 
+  void* ssl_ctx_ = nullptr;  // SSL_CTX*, kept opaque so users need no OpenSSL headers
   int listen_fd_ = -1;
   int port_ = 0;
   std::thread accept_thread_;
