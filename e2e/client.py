@@ -122,6 +122,7 @@ class KubeClient:
         self._host = split.hostname
         self._port = split.port or (443 if self._https else 80)
         self._local = threading.local()
+        self._discovery = {}  # apiVersion -> {kind: (plural, namespaced)}
         self._ssl = None
         if self._https:
             ctx = ssl.create_default_context(cafile=config.ca_file) if config.ca_file else \
@@ -280,7 +281,7 @@ class KubeClient:
 
     def discover(self, api_version, kind):
         """(plural, namespaced) of a kind, through discovery (cached per client)."""
-        cache = self.__dict__.setdefault("_discovery", {})
+        cache = self._discovery
         if api_version not in cache:
             path = "/api/v1" if api_version == "v1" else "/apis/" + api_version
             doc = self.get(path)

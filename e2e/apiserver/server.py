@@ -7,6 +7,7 @@ that tests may change at run time (bookmark interval, RBAC policy) are replaced 
 """
 
 import json
+import queue
 import re
 import select
 import socket
@@ -23,7 +24,8 @@ import yaml
 from . import errors, registry as reg
 from .admin import Faults, Stats
 from .auth import Policy, TokenAuthenticator, forbidden
-from .registry import Registry, RequestContext, delete_options
+from .deletion import delete_options
+from .registry import Registry, RequestContext
 from .store import Store, TooOld, Watcher
 
 _JSON = "application/json"
@@ -614,7 +616,6 @@ class _Handler(BaseHTTPRequestHandler):
     @staticmethod
     def _take_events(watcher, wait):
         """Up to 256 queued events; [] after `wait` seconds without any; None when the watch was closed."""
-        import queue
         out = []
         try:
             item = watcher.queue.get(timeout=wait) if wait > 0 else watcher.queue.get_nowait()

@@ -7,7 +7,6 @@ themselves. Watchers receive events through their own queue, so no socket I/O ev
 Stored objects are never mutated after they are committed: readers may use them without copying.
 """
 
-import bisect
 import collections
 import queue
 import threading
@@ -321,12 +320,14 @@ class Store:
             else:
                 if from_rv < self.floor:
                     raise TooOld(from_rv, self.floor + 1)
-                rvs = [e.rv for e in self.history]
-                start = bisect.bisect_right(rvs, from_rv)
-                for i in range(start, len(self.history)):
-                    event = self.history[i]
+                missed = []
+                for event in reversed(self.history):
+                    if event.rv <= from_rv:
+                        break
                     if event.bucket == watcher.bucket:
-                        watcher.offer(event)
+                        missed.append(event)
+                for event in reversed(missed):
+                    watcher.offer(event)
             self._watchers[watcher.bucket].add(watcher)
 
     def unwatch(self, watcher):
