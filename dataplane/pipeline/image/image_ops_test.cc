@@ -1,11 +1,10 @@
 // The registered image ops, used the way the executor uses them: built from validated arguments,
 // applied to elements, and fused pairwise through fuse_with_next.
 #include <catch2/catch.hpp>
-
-#include "absl/strings/match.h"
 #include <cmath>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "dataplane/pipeline/image/crop_geometry.h"
 #include "dataplane/pipeline/image/image_op_util.h"
 #include "dataplane/pipeline/image/image_test_util.h"
