@@ -19,6 +19,7 @@ absl::string_view ArgTypeName(ArgType type) {
     case ArgType::kStringList: return "list of strings";
     case ArgType::kIntOrAuto: return "integer or 'auto'";
     case ArgType::kStringMap: return "map of strings";
+    case ArgType::kStringOrList: return "string or list of strings";
     case ArgType::kMap: return "map";
   }
   return "?";
@@ -210,6 +211,13 @@ absl::Status CheckValue(const ArgSpec& spec, const Value& value, absl::string_vi
       }
       return absl::OkStatus();
     }
+    case ArgType::kStringOrList:
+      if (value.has_string_value()) return absl::OkStatus();
+      if (!value.has_list_value() || value.list_value().values_size() == 0) return TypeError(spec, value, where);
+      for (const auto& item : value.list_value().values()) {
+        if (!item.has_string_value()) return TypeError(spec, value, where);
+      }
+      return absl::OkStatus();
     case ArgType::kStringMap:
       if (!value.has_map_value()) return TypeError(spec, value, where);
       for (const auto& e : value.map_value().entries()) {
@@ -318,6 +326,13 @@ std::vector<std::string> Args::StringList(absl::string_view name) const {
   if (v == nullptr || !v->has_list_value()) return out;
   for (const auto& item : v->list_value().values()) out.push_back(item.string_value());
   return out;
+}
+
+std::vector<std::string> Args::StringOrList(absl::string_view name) const {
+  const Value* v = Raw(name);
+  if (v == nullptr) return {};
+  if (v->has_string_value()) return {v->string_value()};
+  return StringList(name);
 }
 
 std::vector<std::pair<std::string, std::string>> Args::StringMap(absl::string_view name) const {

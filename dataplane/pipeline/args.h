@@ -31,6 +31,7 @@ enum class ArgType {
   kStringList,
   kIntOrAuto,   // an integer, or the string "auto" (stored as int -1)
   kStringMap,   // a map from names to strings (e.g. rename: {old: new})
+  kStringOrList,  // a string, or a list of strings (e.g. files: a glob or a list of globs)
   kMap,         // a free-form nested map validated by the owner (e.g. parse_example features)
 };
 
@@ -92,6 +93,8 @@ class Args {
   std::vector<int64_t> IntList(absl::string_view name) const;
   std::vector<double> FloatList(absl::string_view name) const;
   std::vector<std::string> StringList(absl::string_view name) const;
+  // A kStringOrList argument as a list (a single string becomes a one-element list).
+  std::vector<std::string> StringOrList(absl::string_view name) const;
   std::vector<std::pair<std::string, std::string>> StringMap(absl::string_view name) const;
   const Value* Raw(absl::string_view name) const { return FindArg(*map_, name); }
   const ValueMap& map() const { return *map_; }

@@ -97,6 +97,8 @@ std::vector<ArgSpec> CommonSourceArgs();
 // Expands a glob (or a list of globs, comma-separated) to a sorted list of existing regular files.
 // Error names the pattern when nothing matches.
 absl::StatusOr<std::vector<std::string>> ExpandGlob(absl::string_view pattern);
+// Expands each entry (itself a glob or comma-separated globs) and concatenates the results.
+absl::StatusOr<std::vector<std::string>> ExpandGlobs(const std::vector<std::string>& patterns);
 
 // Hands out splits to source iterators. Thread-safe. A local pipeline uses a list; the data
 // service worker uses one that asks the dispatcher (dynamic sharding).

@@ -89,6 +89,17 @@ absl::StatusOr<std::vector<std::string>> ExpandGlob(absl::string_view patterns) 
   return files;
 }
 
+absl::StatusOr<std::vector<std::string>> ExpandGlobs(const std::vector<std::string>& patterns) {
+  if (patterns.empty()) return absl::InvalidArgumentError("no file patterns given");
+  std::vector<std::string> files;
+  for (const auto& p : patterns) {
+    auto expanded = ExpandGlob(p);
+    if (!expanded.ok()) return expanded.status();
+    files.insert(files.end(), expanded->begin(), expanded->end());
+  }
+  return files;
+}
+
 ListSplitProvider::ListSplitProvider(std::vector<Split> splits, int64_t num_shards, int64_t shard_index)
     : splits_([&] {
         if (num_shards <= 1) return splits;

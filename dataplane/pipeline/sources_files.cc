@@ -235,13 +235,13 @@ void RegisterFileSources(SourceRegistry& registry) {
   (void)registry.Register(SourceDescriptor{
       "files",
       "One element per file: its bytes as a string field (e.g. a JPEG to decode), optionally a label from its directory.",
-      {Required("files", ArgType::kString, "glob(s), comma-separated"),
+      {Required("files", ArgType::kStringOrList, "a glob, comma-separated globs, or a list of globs"),
        WithDefault("field", "image", "name of the bytes field"),
        WithDefault("label_from_dir", false, "add an int64 `label`: the index of the file's parent directory name in sorted order"),
        WithDefault("include_path", false, "add a string `path` field"),
        Bounded(WithDefault("split_size", int64_t{64}, "files per split"), 1, std::nullopt)},
       [](const Args& a) -> absl::StatusOr<std::unique_ptr<Source>> {
-        auto files = ExpandGlob(a.String("files"));
+        auto files = ExpandGlobs(a.StringOrList("files"));
         if (!files.ok()) return files.status();
         return std::unique_ptr<Source>(new FilesSource(*std::move(files), a.String("field"), a.Bool("label_from_dir"),
                                                        a.Bool("include_path"), a.Int("split_size")));

@@ -408,18 +408,18 @@ void RegisterTextSources(SourceRegistry& registry) {
       "jsonl",
       "One JSON object per line; each key becomes a field (integers int64, other numbers float32, strings, booleans, "
       "rectangular arrays).",
-      {Required("files", ArgType::kString, "glob(s) of .jsonl files, comma-separated"),
+      {Required("files", ArgType::kStringOrList, "a glob, comma-separated globs, or a list of globs of .jsonl files"),
        Optional("fields", ArgType::kStringList, "keep only these keys (each must be present)"),
        Bounded(WithDefault("split_bytes", int64_t{16} << 20, "bytes per split"), 1, std::nullopt)},
       [](const Args& a) -> absl::StatusOr<std::unique_ptr<Source>> {
-        auto files = ExpandGlob(a.String("files"));
+        auto files = ExpandGlobs(a.StringOrList("files"));
         if (!files.ok()) return files.status();
         return std::unique_ptr<Source>(new JsonlSource(*std::move(files), a.StringList("fields"), a.Int("split_bytes")));
       }});
   (void)registry.Register(SourceDescriptor{
       "csv",
       "Comma-separated values; one field per column, typed int64, float32 or string.",
-      {Required("files", ArgType::kString, "glob(s) of CSV files, comma-separated"),
+      {Required("files", ArgType::kStringOrList, "a glob, comma-separated globs, or a list of globs of CSV files"),
        WithDefault("header", true, "the first line of each file names the columns"),
        Optional("columns", ArgType::kStringList, "column names (required without a header)"),
        Optional("types", ArgType::kStringMap, "column -> int64|float32|string; others are inferred from the first row"),
@@ -428,7 +428,7 @@ void RegisterTextSources(SourceRegistry& registry) {
       [](const Args& a) -> absl::StatusOr<std::unique_ptr<Source>> {
         std::string delim = a.String("delimiter", ",");
         if (delim.size() != 1) return absl::InvalidArgumentError("delimiter: must be exactly one character");
-        auto files = ExpandGlob(a.String("files"));
+        auto files = ExpandGlobs(a.StringOrList("files"));
         if (!files.ok()) return files.status();
         auto cols = InferCsvColumns(files->front(), a.Bool("header", true), delim[0], a.StringList("columns"),
                                     a.StringMap("types"));

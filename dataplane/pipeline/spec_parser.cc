@@ -78,6 +78,20 @@ bool ParseFloat(const std::string& s, double* out) {
 
 bool IsQuoted(const YAML::Node& node) { return node.Tag() == "!"; }
 
+// Strings in a PipelineDef are protobuf `string`s, which must be UTF-8.
+bool IsValidUtf8(absl::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t extra = c < 0x80 ? 0 : (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2 : (c & 0xF8) == 0xF0 ? 3 : 4;
+    if (extra == 4) return false;
+    for (size_t k = 1; k <= extra; ++k) {
+      if (i + k >= s.size() || (static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    }
+    i += extra + 1;
+  }
+  return true;
+}
+
 // Converts a YAML node to a Value. `hint` (when known) decides how plain scalars are read, so a
 // string-typed field may be written without quotes even when it looks like a number.
 absl::StatusOr<Value> ConvertNode(const ParseContext& ctx, const YAML::Node& node, const std::string& path,
@@ -89,8 +103,9 @@ absl::StatusOr<Value> ConvertNode(const ParseContext& ctx, const YAML::Node& nod
       return ctx.Error(node, path, "value is missing (null)");
     case YAML::NodeType::Scalar: {
       const std::string& text = node.Scalar();
+      if (!IsValidUtf8(text)) return ctx.Error(node, path, "not valid UTF-8");
       bool want_string = hint && (*hint == ArgType::kString || *hint == ArgType::kStringList ||
-                                  *hint == ArgType::kStringMap);
+                                  *hint == ArgType::kStringMap || *hint == ArgType::kStringOrList);
       if (IsQuoted(node) || want_string) {
         out.set_string_value(text);
         return out;
@@ -115,7 +130,7 @@ absl::StatusOr<Value> ConvertNode(const ParseContext& ctx, const YAML::Node& nod
     }
     case YAML::NodeType::Sequence: {
       std::optional<ArgType> item_hint;
-      if (hint == ArgType::kStringList) item_hint = ArgType::kString;
+      if (hint == ArgType::kStringList || hint == ArgType::kStringOrList) item_hint = ArgType::kString;
       auto* list = out.mutable_list_value();
       for (size_t i = 0; i < node.size(); ++i) {
         auto item = ConvertNode(ctx, node[i], absl::StrCat(path, "[", i, "]"), item_hint);
@@ -130,6 +145,7 @@ absl::StatusOr<Value> ConvertNode(const ParseContext& ctx, const YAML::Node& nod
       auto* map = out.mutable_map_value();
       for (const auto& kv : node) {
         std::string key = kv.first.as<std::string>();
+        if (!IsValidUtf8(key)) return ctx.Error(kv.first, path, "key is not valid UTF-8");
         auto item = ConvertNode(ctx, kv.second, absl::StrCat(path, ".", key), item_hint);
         if (!item.ok()) return item.status();
         auto* e = map->add_entries();
@@ -286,6 +302,7 @@ absl::StatusOr<PipelineDef> ParseDocument(const ParseContext& ctx, const YAML::N
   }
   if (YAML::Node v = root["name"]; v) {
     if (!v.IsScalar()) return ctx.Error(v, "name", "expected a string");
+    if (!IsValidUtf8(v.Scalar())) return ctx.Error(v, "name", "not valid UTF-8");
     def.set_name(v.Scalar());
   }
   if (YAML::Node plugins = root["plugins"]; plugins) {

@@ -87,6 +87,21 @@ TEST_CASE("missing required fields, bounds and choices are checked") {
   CHECK_THAT(ErrorOf("[1, 2]"), Catch::Contains("expected a map"));
 }
 
+TEST_CASE("strings must be valid UTF-8") {
+  CHECK_THAT(ErrorOf("source: {range: {stop: 3}}\nname: a\xffb\n"), Catch::Contains("name: not valid UTF-8"));
+  CHECK_THAT(ErrorOf("source: {jsonl: {files: \"a.js\xffnl\"}}\n"), Catch::Contains("not valid UTF-8"));
+}
+
+TEST_CASE("files take a glob, comma-separated globs or a list") {
+  sluice::testing::TempDir dir;
+  sluice::testing::WriteFile(dir.File("a.jsonl"), "{\"x\": 1}\n");
+  sluice::testing::WriteFile(dir.File("b.jsonl"), "{\"x\": 2}\n");
+  auto list = testing::RunSpec("source: {jsonl: {files: ['" + dir.File("a.jsonl") + "', '" + dir.File("b.jsonl") + "']}}\n");
+  REQUIRE(list.ok());
+  CHECK(testing::Ints(*list, "x") == std::vector<int64_t>{1, 2});
+  CHECK_THAT(ErrorOf("source: {jsonl: {files: []}}\n"), Catch::Contains("expected string or list of strings"));
+}
+
 TEST_CASE("a missing spec file is a clear error") {
   auto def = ParsePipelineSpecFile("/nonexistent/pipeline.yaml");
   REQUIRE_FALSE(def.ok());

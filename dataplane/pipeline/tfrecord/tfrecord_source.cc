@@ -126,7 +126,7 @@ void RegisterTFRecordSource(SourceRegistry& registry) {
       "TFRecord files (optionally gzip/zlib-compressed); one element per record with a scalar "
       "string field 'record'. One split per file.";
   descriptor.args = {
-      Required("files", ArgType::kString,
+      Required("files", ArgType::kStringOrList,
                "path or glob of the files; several paths or globs separated by commas"),
       Choice("compression", {"auto", "none", "gzip", "zlib"}, "auto",
              "compression of the files; auto picks by extension (.gz gzip, .zz/.zlib zlib)"),
