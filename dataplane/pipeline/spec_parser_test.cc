@@ -88,7 +88,7 @@ TEST_CASE("missing required fields, bounds and choices are checked") {
 }
 
 TEST_CASE("strings must be valid UTF-8") {
-  CHECK_THAT(ErrorOf("source: {range: {stop: 3}}\nname: a\xffb\n"), Catch::Contains("name: not valid UTF-8"));
+  CHECK_THAT(ErrorOf("source: {range: {stop: 3}}\nname: a\xff" "b\n"), Catch::Contains("name: not valid UTF-8"));
   CHECK_THAT(ErrorOf("source: {jsonl: {files: \"a.js\xffnl\"}}\n"), Catch::Contains("not valid UTF-8"));
 }
 
