@@ -38,25 +38,25 @@ namespace sluice::kube {
 struct ClientOptions {
   double qps = 50;  // <= 0 disables the client-side limit
   int burst = 100;
-  RetryOptions retry;
+  RetryOptions retry{};
   absl::Duration request_timeout = absl::Seconds(30);
   std::string user_agent = "sluice-kube/0.1";
   Clock* clock = Clock::Real();  // rate limiting and retry sleeps
   // Overrides the token source derived from the Config (MakeTokenSource).
-  std::shared_ptr<TokenSource> token_source;
+  std::shared_ptr<TokenSource> token_source{};
 };
 
 struct HttpResponse {
   int status = 0;
-  std::string body;
-  std::string content_type;
-  std::string retry_after;
+  std::string body{};
+  std::string content_type{};
+  std::string retry_after{};
 };
 
 struct WatchEvent {
   enum class Type { kAdded, kModified, kDeleted, kBookmark, kError };
   Type type = Type::kAdded;
-  nlohmann::json object;
+  nlohmann::json object{};
 };
 absl::string_view WatchEventTypeName(WatchEvent::Type type);
 

@@ -19,26 +19,26 @@ namespace sluice::kube {
 
 // users[].user.exec: a credential plugin (client.authentication.k8s.io/v1 or v1beta1).
 struct ExecConfig {
-  std::string api_version;
-  std::string command;  // absolute, PATH-looked-up, or resolved against the kubeconfig's folder
-  std::vector<std::string> args;
-  std::vector<std::pair<std::string, std::string>> env;
-  std::string install_hint;
+  std::string api_version{};
+  std::string command{};  // absolute, PATH-looked-up, or resolved against the kubeconfig's folder
+  std::vector<std::string> args{};
+  std::vector<std::pair<std::string, std::string>> env{};
+  std::string install_hint{};
   bool provide_cluster_info = false;
 };
 
 struct Config {
-  std::string server;  // "https://host:port" or "http://127.0.0.1:port"
-  std::string ca_pem;  // CA bundle contents; empty = system roots
+  std::string server{};  // "https://host:port" or "http://127.0.0.1:port"
+  std::string ca_pem{};  // CA bundle contents; empty = system roots
   bool insecure_skip_tls_verify = false;
-  std::string tls_server_name;
-  std::string client_cert_pem;
-  std::string client_key_pem;
+  std::string tls_server_name{};
+  std::string client_cert_pem{};
+  std::string client_key_pem{};
   std::string token;       // static bearer token
-  std::string token_file;  // bearer token re-read from this file when it changes
-  std::optional<ExecConfig> exec;
+  std::string token_file{};  // bearer token re-read from this file when it changes
+  std::optional<ExecConfig> exec{};
   std::string ns = "default";  // the context's (or service account's) namespace
-  std::string origin;          // file or "in-cluster", for messages
+  std::string origin{};          // file or "in-cluster", for messages
 };
 
 // Parses kubeconfig YAML. `origin` names it in errors; relative file references are resolved

@@ -35,7 +35,7 @@ struct ControllerOptions {
   std::string name = "controller";
   int workers = 1;
   // Called after each reconcile (for logs/metrics); runs on the worker thread.
-  std::function<void(const std::string& key, const absl::StatusOr<ReconcileResult>& result)> on_result;
+  std::function<void(const std::string& key, const absl::StatusOr<ReconcileResult>& result)> on_result{};
 };
 
 class Controller {

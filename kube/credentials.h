@@ -59,8 +59,8 @@ class FileTokenSource final : public TokenSource {
 // The result of running a process.
 struct ProcessResult {
   int exit_code = -1;
-  std::string out;
-  std::string err;
+  std::string out{};
+  std::string err{};
 };
 // Runs argv[0] (PATH lookup when it has no '/') with the current environment plus `extra_env`,
 // capturing stdout and stderr; the process is killed after `timeout`.
@@ -70,10 +70,10 @@ absl::StatusOr<ProcessResult> RunProcess(const std::vector<std::string>& argv,
 
 // Parses an ExecCredential JSON document (as printed by a plugin).
 struct ExecCredential {
-  std::string token;
-  std::optional<absl::Time> expiration;  // none = valid until the server rejects it
+  std::string token{};
+  std::optional<absl::Time> expiration{};  // none = valid until the server rejects it
   std::string client_cert_pem;           // parsed but not used by the client (see docs)
-  std::string client_key_pem;
+  std::string client_key_pem{};
 };
 absl::StatusOr<ExecCredential> ParseExecCredential(absl::string_view json_text,
                                                    absl::string_view expected_api_version,

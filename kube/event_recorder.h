@@ -27,8 +27,8 @@ namespace sluice::kube {
 enum class EventType { kNormal, kWarning };
 
 struct EventRecorderOptions {
-  std::string reporting_controller;  // e.g. "example.com/my-operator"
-  std::string reporting_instance;    // e.g. the pod name
+  std::string reporting_controller{};  // e.g. "example.com/my-operator"
+  std::string reporting_instance{};    // e.g. the pod name
   absl::Duration dedup_window = absl::Minutes(10);
   size_t max_cached = 4096;  // oldest entries are dropped beyond this
   Clock* clock = Clock::Real();

@@ -35,9 +35,9 @@
 namespace sluice::kube {
 
 struct LeaderElectionConfig {
-  std::string lease_namespace;
-  std::string lease_name;
-  std::string identity;  // unique per candidate, e.g. the pod name
+  std::string lease_namespace{};
+  std::string lease_name{};
+  std::string identity{};  // unique per candidate, e.g. the pod name
   absl::Duration lease_duration = absl::Seconds(15);
   absl::Duration renew_deadline = absl::Seconds(10);
   absl::Duration retry_period = absl::Seconds(2);
@@ -45,9 +45,9 @@ struct LeaderElectionConfig {
   bool release_on_cancel = true;
   Clock* clock = Clock::Real();
   uint64_t seed = 0;  // 0 = random
-  std::function<void()> on_started_leading;
-  std::function<void()> on_stopped_leading;
-  std::function<void(const std::string& identity)> on_new_leader;
+  std::function<void()> on_started_leading{};
+  std::function<void()> on_stopped_leading{};
+  std::function<void(const std::string& identity)> on_new_leader{};
 };
 
 class LeaderElector {

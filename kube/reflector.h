@@ -38,21 +38,21 @@
 namespace sluice::kube {
 
 struct ResourceEventHandler {
-  std::function<void(const ObjectPtr&)> on_add;
-  std::function<void(const ObjectPtr& old_object, const ObjectPtr& new_object)> on_update;
+  std::function<void(const ObjectPtr&)> on_add{};
+  std::function<void(const ObjectPtr& old_object, const ObjectPtr& new_object)> on_update{};
   // The last known state (from the DELETED event, or the cached object when a relist found it gone).
-  std::function<void(const ObjectPtr&)> on_delete;
+  std::function<void(const ObjectPtr&)> on_delete{};
 };
 
 struct ReflectorOptions {
-  ResourceRef resource;
+  ResourceRef resource{};
   std::string ns;  // "" = all namespaces (or a cluster-scoped resource)
-  std::string label_selector;
-  std::string field_selector;
+  std::string label_selector{};
+  std::string field_selector{};
   int64_t page_size = 500;
   absl::Duration min_watch_timeout = absl::Minutes(5);
   absl::Duration max_watch_timeout = absl::Minutes(10);
-  BackoffPolicy backoff;  // defaults: 0.8 s doubling to 30 s with jitter
+  BackoffPolicy backoff{};  // defaults: 0.8 s doubling to 30 s with jitter
   Clock* clock = Clock::Real();
   uint64_t seed = 0;  // 0 = random
 };
@@ -108,7 +108,7 @@ class Reflector {
   Store* const store_;
   const ReflectorOptions options_;
   std::vector<ResourceEventHandler> handlers_;
-  std::function<void(ReflectorEvent, const absl::Status&)> metrics_;
+  std::function<void(ReflectorEvent, const absl::Status&)> metrics_{};
   uint64_t rng_state_;
 
   mutable absl::Mutex mu_;

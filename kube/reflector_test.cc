@@ -287,3 +287,60 @@ TEST_CASE("enqueue handlers map objects and their controller owners to keys") {
 
 }  // namespace
 }  // namespace sluice::kube
+
+#include "kube/controller.h"
+#include "kube/finalizer.h"
+
+namespace sluice::kube {
+namespace {
+
+// The pieces wired as an operator would (see docs/kube-runtime.md "Minimal use").
+TEST_CASE("informer + workqueue + controller + finalizer wired together") {
+  FixtureServer server;
+  REQUIRE(server.Start().ok());
+  json live = FixtureExchange("crud", 0)["response"]["body"];           // "a": no finalizer yet
+  json deleting = FixtureExchange("finalizers", 2)["response"]["body"];  // "fin": deleting, finalizer set
+  server.Expect("GET", kPath, Reply::Json(200, List({live, deleting}, "423")), {{"resourceVersion", "0"}});
+  server.Expect("PATCH", kSamples.ObjectPath("fixtures", "a"), Reply::Json(200, live));
+  server.ExpectExchange(FixtureExchange("finalizers", 4));
+  HoldFurtherWatches(server);
+  auto client = MakeClient(server);
+
+  Store store;
+  WorkQueue queue;
+  Reflector reflector(client.get(), &store, {.resource = kSamples, .ns = "fixtures"});
+  reflector.AddEventHandler(EnqueueObjectHandler(&queue));
+  absl::Mutex mu;
+  std::vector<std::string> log;
+  Controller controller(
+      &queue,
+      [&](const std::string& key) -> absl::StatusOr<ReconcileResult> {
+        ObjectPtr object = store.Get(key);
+        if (object == nullptr) return ReconcileResult{};
+        return Finalize(*client, kSamples, *object, "sluice.dev/cleanup", [&](FinalizerEvent e, const json& o) {
+          absl::MutexLock lock(&mu);
+          log.push_back(absl::StrCat(e == FinalizerEvent::kCleanup ? "cleanup:" : "apply:", NameOf(o)));
+          return absl::StatusOr<ReconcileResult>(ReconcileResult{});
+        });
+      },
+      {.workers = 2});
+  reflector.Start();
+  REQUIRE(reflector.WaitForSync(absl::Seconds(10)));
+  controller.Start();
+  REQUIRE(server.WaitForRequests(4));  // list, watch, two PATCHes
+  controller.Stop();
+  reflector.Stop();
+  absl::MutexLock lock(&mu);
+  CHECK(log == std::vector<std::string>{"cleanup:fin"});
+  std::map<std::string, json> patches;
+  for (const auto& r : server.Requests()) {
+    if (r.method == "PATCH") patches[r.path] = r.JsonBody();
+  }
+  REQUIRE(patches.size() == 2);
+  CHECK(patches[kSamples.ObjectPath("fixtures", "a")][1]["path"] == "/metadata/finalizers");
+  CHECK(patches[kSamples.ObjectPath("fixtures", "fin")] == FixtureExchange("finalizers", 4)["request"]["body"]);
+  CHECK(controller.failures() == 0);
+}
+
+}  // namespace
+}  // namespace sluice::kube

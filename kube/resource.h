@@ -15,9 +15,9 @@
 namespace sluice::kube {
 
 struct ResourceRef {
-  std::string group;  // "" for the core group
-  std::string version;
-  std::string plural;
+  std::string group{};  // "" for the core group
+  std::string version{};
+  std::string plural{};
   bool namespaced = true;
 
   // "v1" or "group/version".
@@ -54,19 +54,19 @@ std::string UrlEncode(absl::string_view text);
 std::string BuildQuery(const QueryParams& params);
 
 struct ListOptions {
-  std::string label_selector;
-  std::string field_selector;
+  std::string label_selector{};
+  std::string field_selector{};
   int64_t limit = 0;  // 0 = no pagination
-  std::string continue_token;
-  std::optional<std::string> resource_version;  // unset = consistent read from etcd
-  std::string resource_version_match;           // "NotOlderThan" / "Exact"
+  std::string continue_token{};
+  std::optional<std::string> resource_version{};  // unset = consistent read from etcd
+  std::string resource_version_match{};           // "NotOlderThan" / "Exact"
   QueryParams ToQuery() const;
 };
 
 struct WatchOptions {
-  std::string label_selector;
-  std::string field_selector;
-  std::string resource_version;
+  std::string label_selector{};
+  std::string field_selector{};
+  std::string resource_version{};
   int timeout_seconds = 0;  // 0 = server default
   bool allow_bookmarks = true;
   QueryParams ToQuery() const;
@@ -74,9 +74,9 @@ struct WatchOptions {
 
 struct DeleteOptions {
   std::string propagation_policy;  // "Foreground", "Background", "Orphan" or "" (server default)
-  std::optional<int64_t> grace_period_seconds;
-  std::string precondition_uid;
-  std::string precondition_resource_version;
+  std::optional<int64_t> grace_period_seconds{};
+  std::string precondition_uid{};
+  std::string precondition_resource_version{};
   bool dry_run = false;
   // The meta/v1 DeleteOptions body ("null" JSON when nothing is set).
   nlohmann::json ToBody() const;
@@ -86,7 +86,7 @@ enum class PatchType { kMerge, kJsonPatch, kStrategicMerge, kApply };
 absl::string_view PatchContentType(PatchType type);
 
 struct WriteOptions {
-  std::string field_manager;
+  std::string field_manager{};
   bool force = false;  // server-side apply only
   bool dry_run = false;
   QueryParams ToQuery() const;

@@ -38,9 +38,9 @@ IndexFunc IndexByNamespace();
 
 // What a Replace (relist) changed.
 struct ReplaceDelta {
-  std::vector<ObjectPtr> added;
+  std::vector<ObjectPtr> added{};
   std::vector<std::pair<ObjectPtr, ObjectPtr>> updated;  // (old, new), resourceVersion differs
-  std::vector<ObjectPtr> deleted;                        // present before, missing from the list
+  std::vector<ObjectPtr> deleted{};                        // present before, missing from the list
 };
 
 class Store {

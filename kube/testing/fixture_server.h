@@ -27,21 +27,21 @@
 namespace sluice::kube::testing {
 
 struct RecordedRequest {
-  std::string method;
-  std::string path;
-  std::map<std::string, std::string> query;    // decoded
-  std::map<std::string, std::string> headers;  // names lower-cased
-  std::string body;
+  std::string method{};
+  std::string path{};
+  std::map<std::string, std::string> query{};    // decoded
+  std::map<std::string, std::string> headers{};  // names lower-cased
+  std::string body{};
   nlohmann::json JsonBody() const;  // null if the body is not JSON
 };
 
 struct Reply {
   int status = 200;
   std::string content_type = "application/json";
-  std::string body;
-  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body{};
+  std::vector<std::pair<std::string, std::string>> headers{};
   bool chunked = false;            // send `lines` as a chunked stream (one chunk per line)
-  std::vector<std::string> lines;  // each sent followed by '\n'
+  std::vector<std::string> lines{};  // each sent followed by '\n'
   bool hold_open = false;          // keep the stream open after `lines` until ReleaseHeld()/Stop()
 
   static Reply Json(int status, const nlohmann::json& body);
@@ -56,16 +56,16 @@ using Handler = std::function<std::optional<Reply>(const RecordedRequest&)>;
 
 // A self-signed certificate (valid for 127.0.0.1 and CN) and its key, both PEM, for TLS tests.
 struct TestCertificate {
-  std::string cert_pem;
-  std::string key_pem;
+  std::string cert_pem{};
+  std::string key_pem{};
 };
 absl::StatusOr<TestCertificate> MakeSelfSignedCertificate(absl::string_view common_name);
 
 struct TlsOptions {
-  TestCertificate server;
+  TestCertificate server{};
   // When set, clients must present a certificate signed by (or equal to) this PEM; its subject CN
   // is recorded as the "x-client-cn" header of each request.
-  std::string client_ca_pem;
+  std::string client_ca_pem{};
 };
 
 // Where the fixtures live: $SLUICE_KUBE_FIXTURES, else <source>/../shared/kube-fixtures.
