@@ -4,7 +4,6 @@
 // of the subset the CRD may use (has(), size(), ternary, &&, ||, comparisons, field access,
 // literals), which is also what the test API server implements.
 #include <catch2/catch.hpp>
-#include <yaml-cpp/yaml.h>
 
 #include <cctype>
 #include <functional>
@@ -20,52 +19,14 @@
 #include "nlohmann/json.hpp"
 #include "operator/dataservice_types.h"
 #include "operator/reconciler.h"
-#include "testing/test_util.h"
+#include "operator/test_yaml.h"
 
 namespace sluice::op {
 namespace {
 
 using json = nlohmann::json;
 
-// ---- YAML to JSON (plain scalars typed as YAML 1.2 core schema does; quoted ones stay strings) ----
-
-json YamlToJson(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
-    case YAML::NodeType::Undefined:
-      return nullptr;
-    case YAML::NodeType::Sequence: {
-      json out = json::array();
-      for (const YAML::Node& item : node) out.push_back(YamlToJson(item));
-      return out;
-    }
-    case YAML::NodeType::Map: {
-      json out = json::object();
-      for (const auto& kv : node) out[kv.first.as<std::string>()] = YamlToJson(kv.second);
-      return out;
-    }
-    case YAML::NodeType::Scalar: {
-      const std::string& s = node.Scalar();
-      if (node.Tag() != "?") return s;  // quoted
-      if (s == "null" || s == "~" || s.empty()) return nullptr;
-      if (s == "true") return true;
-      if (s == "false") return false;
-      int64_t i = 0;
-      if (s.find_first_not_of("-0123456789") == std::string::npos && absl::SimpleAtoi(s, &i)) return i;
-      double d = 0;
-      if (s.find_first_not_of("-+.0123456789eE") == std::string::npos && absl::SimpleAtod(s, &d)) return d;
-      return s;
-    }
-  }
-  return nullptr;
-}
-
-std::vector<json> LoadYaml(const std::string& relative_path) {
-  std::string path = testing::SourceDir() + "/" + relative_path;
-  std::vector<json> docs;
-  for (const YAML::Node& doc : YAML::LoadAllFromFile(path)) docs.push_back(YamlToJson(doc));
-  return docs;
-}
+std::vector<json> LoadYaml(const std::string& relative_path) { return testing::LoadYamlDocuments(relative_path); }
 
 json Crd() {
   std::vector<json> docs = LoadYaml("crds/dataservices.sluice.dev.yaml");

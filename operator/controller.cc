@@ -1,0 +1,287 @@
+#include "operator/controller.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "kube/apply.h"
+#include "kube/errors.h"
+#include "kube/finalizer.h"
+#include "kube/resource.h"
+#include "operator/manifests.h"
+
+namespace sluice::op {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr char kIndexControllerUid[] = "controller-uid";
+constexpr char kIndexNamespace[] = "namespace";
+
+std::string ManagedSelector() { return absl::StrCat(kLabelManagedBy, "=", kManagedByValue); }
+
+kube::ResourceRef RefForKind(const std::string& kind) {
+  if (kind == "Service") return kube::resources::Services();
+  if (kind == "PersistentVolumeClaim") return PersistentVolumeClaims();
+  return kube::resources::Pods();
+}
+
+}  // namespace
+
+kube::ResourceRef DataServices() { return kube::ResourceRef{kGroup, "v1alpha1", kPlural, true}; }
+kube::ResourceRef PersistentVolumeClaims() { return kube::ResourceRef{"", "v1", "persistentvolumeclaims", true}; }
+
+DataServiceController::DataServiceController(kube::Client* client, OperatorOptions options)
+    : client_(client),
+      options_(std::move(options)),
+      queue_(options_.clock),
+      recorder_(client, kube::EventRecorderOptions{.reporting_controller = "sluice.dev/operator",
+                                                   .reporting_instance = options_.reporting_instance,
+                                                   .clock = options_.clock}) {
+  (void)pods_.AddIndex(kIndexControllerUid, kube::IndexByControllerUid());
+  (void)pods_.AddIndex(kIndexNamespace, kube::IndexByNamespace());
+  (void)services_.AddIndex(kIndexControllerUid, kube::IndexByControllerUid());
+  (void)claims_.AddIndex(kIndexControllerUid, kube::IndexByControllerUid());
+  (void)dataservices_.AddIndex(kIndexNamespace, kube::IndexByNamespace());
+
+  auto reflector = [&](kube::Store* store, kube::ResourceRef ref, std::string ns, std::string selector) {
+    kube::ReflectorOptions o;
+    o.resource = std::move(ref);
+    o.ns = std::move(ns);
+    o.label_selector = std::move(selector);
+    o.clock = options_.clock;
+    reflectors_.push_back(std::make_unique<kube::Reflector>(client_, store, std::move(o)));
+    return reflectors_.back().get();
+  };
+  reflector(&dataservices_, DataServices(), options_.watch_namespace, "")
+      ->AddEventHandler(kube::EnqueueObjectHandler(&queue_));
+  kube::Reflector* pods = reflector(&pods_, kube::resources::Pods(), "", "");
+  pods->AddEventHandler(kube::EnqueueControllerOwnerHandler(&queue_, kKind));
+  pods->AddEventHandler(ConsumerPodHandler());
+  reflector(&services_, kube::resources::Services(), options_.watch_namespace, ManagedSelector())
+      ->AddEventHandler(kube::EnqueueControllerOwnerHandler(&queue_, kKind));
+  reflector(&claims_, PersistentVolumeClaims(), options_.watch_namespace, ManagedSelector())
+      ->AddEventHandler(kube::EnqueueControllerOwnerHandler(&queue_, kKind));
+  reflector(&nodes_, kube::resources::Nodes(), "", "");
+}
+
+DataServiceController::~DataServiceController() { Stop(); }
+
+kube::ResourceEventHandler DataServiceController::ConsumerPodHandler() {
+  // A consumer pod appearing, moving or going changes local capacity: requeue every DataService of
+  // its namespace whose consumer selector matches it.
+  auto enqueue = [this](const kube::ObjectPtr& pod) {
+    absl::StatusOr<ObservedPod> p = ObservedPodFromJson(*pod);
+    if (!p.ok()) return;
+    for (const kube::ObjectPtr& ds : dataservices_.ByIndex(kIndexNamespace, kube::NamespaceOf(*pod))) {
+      absl::StatusOr<DataService> parsed = ParseDataService(*ds);
+      if (!parsed.ok() || !parsed->spec.placement.consumer_selector.has_value()) continue;
+      if (parsed->spec.placement.policy == PlacementPolicy::kRemoteOnly) continue;
+      if (SelectorMatches(*parsed->spec.placement.consumer_selector, p->labels)) queue_.Add(kube::ObjectKey(*ds));
+    }
+  };
+  kube::ResourceEventHandler handler;
+  handler.on_add = enqueue;
+  handler.on_update = [enqueue](const kube::ObjectPtr& old_pod, const kube::ObjectPtr& new_pod) {
+    enqueue(old_pod);
+    enqueue(new_pod);
+  };
+  handler.on_delete = enqueue;
+  return handler;
+}
+
+absl::Status DataServiceController::Start(absl::Duration sync_timeout) {
+  for (auto& r : reflectors_) r->Start();
+  for (auto& r : reflectors_) {
+    if (!r->WaitForSync(sync_timeout)) {
+      Stop();
+      return absl::DeadlineExceededError(
+          absl::StrCat("informer caches did not sync within ", absl::FormatDuration(sync_timeout),
+                       " (is the DataService CRD installed, and may the operator list pods, services, "
+                       "persistentvolumeclaims, nodes and dataservices?)"));
+    }
+  }
+  kube::ControllerOptions copts;
+  copts.name = "dataservice";
+  copts.workers = options_.workers;
+  copts.on_result = [this](const std::string& key, const absl::StatusOr<kube::ReconcileResult>& result) {
+    if (!result.ok()) Log(absl::StrCat("reconcile ", key, ": ", result.status().ToString()));
+  };
+  controller_ = std::make_unique<kube::Controller>(
+      &queue_, [this](const std::string& key) { return ReconcileKey(key); }, copts);
+  controller_->Start();
+  return absl::OkStatus();
+}
+
+void DataServiceController::Stop() {
+  if (controller_) controller_->Stop();  // shuts the queue down and joins the workers
+  for (auto& r : reflectors_) r->Stop();
+}
+
+void DataServiceController::Log(absl::string_view line) const {
+  if (options_.log) {
+    options_.log(line);
+  } else {
+    SLUICE_LOG(Warning, line);
+  }
+}
+
+ReconcileInput DataServiceController::BuildInput(const json& dataservice) const {
+  ReconcileInput in;
+  in.dataservice = dataservice;
+  const std::string uid = kube::UidOf(dataservice);
+  const std::string ns = kube::NamespaceOf(dataservice);
+  auto parse_pods = [&](const std::vector<kube::ObjectPtr>& objects, std::vector<ObservedPod>* out) {
+    for (const kube::ObjectPtr& o : objects) {
+      absl::StatusOr<ObservedPod> p = ObservedPodFromJson(*o);
+      if (p.ok()) {
+        out->push_back(*std::move(p));
+      } else {
+        Log(absl::StrCat("ignoring malformed cached pod: ", p.status().message()));
+      }
+    }
+  };
+  parse_pods(pods_.ByIndex(kIndexControllerUid, uid), &in.owned_pods);
+  parse_pods(pods_.ByIndex(kIndexNamespace, ns), &in.consumer_pods);
+  std::vector<ObservedPod> all;
+  parse_pods(pods_.List(), &all);
+  in.cpu_requested_by_node = SumCpuRequestsByNode(all);
+  for (const kube::ObjectPtr& o : services_.ByIndex(kIndexControllerUid, uid)) {
+    if (auto s = ObservedServiceFromJson(*o); s.ok()) in.owned_services.push_back(*std::move(s));
+  }
+  for (const kube::ObjectPtr& o : claims_.ByIndex(kIndexControllerUid, uid)) {
+    if (auto c = ObservedClaimFromJson(*o); c.ok()) in.owned_claims.push_back(*std::move(c));
+  }
+  for (const kube::ObjectPtr& o : nodes_.List()) {
+    if (auto n = ObservedNodeFromJson(*o); n.ok()) in.nodes.push_back(*std::move(n));
+  }
+  in.now = options_.clock->Now();
+  in.options = options_.reconcile;
+  return in;
+}
+
+absl::StatusOr<kube::ReconcileResult> DataServiceController::ReconcileKey(const std::string& key) {
+  kube::ObjectPtr dataservice = dataservices_.Get(key);
+  if (dataservice == nullptr) {  // gone: garbage collection removes what it owned
+    absl::MutexLock lock(&mu_);
+    expectations_.Forget(key);
+    drains_.erase(key);
+    return kube::ReconcileResult{};
+  }
+  ReconcileInput input = BuildInput(*dataservice);
+  {
+    absl::MutexLock lock(&mu_);
+    input.expectations = expectations_.Pending(key);
+    if (auto it = drains_.find(key); it != drains_.end()) input.drain = it->second;
+  }
+  absl::StatusOr<ReconcileResult> result = Reconcile(input);
+  if (!result.ok()) {
+    // The object cannot be identified; retrying will not help until it changes.
+    Log(absl::StrCat("cannot reconcile ", key, ": ", result.status().message()));
+    return kube::ReconcileResult{};
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    RecordExpectations(key, *result, input.now, &expectations_);
+  }
+  absl::Status executed = Execute(key, *dataservice, *result);
+  if (!executed.ok()) return executed;
+  kube::ReconcileResult out;
+  if (result->requeue_after.has_value()) {
+    out.requeue_after = *result->requeue_after;
+  } else if (absl::StatusOr<DataService> parsed = ParseDataService(*dataservice);
+             parsed.ok() && parsed->spec.placement.policy != PlacementPolicy::kRemoteOnly &&
+             !parsed->metadata.deletion_timestamp.has_value()) {
+    out.requeue_after = options_.resync_period;
+  }
+  return out;
+}
+
+void DataServiceController::Emit(const json& dataservice, const EmitEvent& event) {
+  absl::Status s = recorder_.Record(dataservice, event.type == "Warning" ? kube::EventType::kWarning : kube::EventType::kNormal,
+                                    event.reason, event.action, event.note);
+  if (!s.ok()) Log(absl::StrCat("recording event ", event.reason, ": ", s.ToString()));
+}
+
+absl::Status DataServiceController::Execute(const std::string& key, const json& dataservice,
+                                            const ReconcileResult& result) {
+  const std::string ns = kube::NamespaceOf(dataservice);
+  const std::string name = kube::NameOf(dataservice);
+  absl::Status first_error;
+  auto fail = [&](const absl::Status& s, const std::string& what) {
+    Log(absl::StrCat(key, ": ", what, ": ", s.ToString()));
+    if (first_error.ok()) first_error = s;
+  };
+  kube::WriteOptions write;
+  write.field_manager = options_.field_manager;
+
+  for (const Action& action : result.actions) {
+    if (const auto* c = std::get_if<CreateObject>(&action)) {
+      absl::StatusOr<json> created = client_->Create(RefForKind(c->kind), ns, c->manifest, write);
+      if (created.ok()) {
+        Emit(dataservice, c->event);
+      } else if (!absl::IsAlreadyExists(created.status())) {  // exists: the cache will show it
+        {
+          absl::MutexLock lock(&mu_);
+          expectations_.CreateFailed(key, ObjectKey(c->kind, c->name));
+        }
+        Emit(dataservice, EmitEvent{"Warning", "FailedCreate", "Create",
+                                    absl::StrCat("creating ", c->kind, " ", c->name, ": ", created.status().message())});
+        fail(created.status(), absl::StrCat("create ", c->kind, " ", c->name));
+      }
+    } else if (const auto* a = std::get_if<ApplyObject>(&action)) {
+      absl::StatusOr<json> applied =
+          kube::ServerSideApply(*client_, RefForKind(a->kind), ns, a->manifest, options_.field_manager, /*force=*/true);
+      if (applied.ok()) {
+        Emit(dataservice, a->event);
+      } else {
+        fail(applied.status(), absl::StrCat("apply ", a->kind, " ", a->name));
+      }
+    } else if (const auto* d = std::get_if<DeleteObject>(&action)) {
+      kube::DeleteOptions opts;
+      opts.precondition_uid = d->uid;
+      absl::StatusOr<json> deleted = client_->Delete(RefForKind(d->kind), ns, d->name, opts);
+      if (deleted.ok()) {
+        Emit(dataservice, d->event);
+      } else if (absl::IsNotFound(deleted.status())) {
+        absl::MutexLock lock(&mu_);
+        expectations_.DeletionObserved(key, ObjectKey(d->kind, d->name));
+      } else {
+        {
+          absl::MutexLock lock(&mu_);
+          expectations_.DeleteFailed(key, ObjectKey(d->kind, d->name));
+        }
+        Emit(dataservice, EmitEvent{"Warning", "FailedDelete", "Delete",
+                                    absl::StrCat("deleting ", d->kind, " ", d->name, ": ", deleted.status().message())});
+        fail(deleted.status(), absl::StrCat("delete ", d->kind, " ", d->name));
+      }
+    } else if (const auto* s = std::get_if<UpdateStatus>(&action)) {
+      absl::StatusOr<json> patched = kube::PatchStatus(*client_, DataServices(), ns, name, s->status);
+      if (!patched.ok()) fail(patched.status(), "status update");
+    } else if (const auto* e = std::get_if<EmitEvent>(&action)) {
+      Emit(dataservice, *e);
+    } else if (const auto* af = std::get_if<AddFinalizer>(&action)) {
+      // Guarded by resourceVersion (not by a test of the absent list, which RFC 6902 servers reject).
+      bool has_list = dataservice.contains("metadata") && dataservice["metadata"].contains("finalizers") &&
+                      dataservice["metadata"]["finalizers"].is_array();
+      json op = has_list ? json{{"op", "add"}, {"path", "/metadata/finalizers/-"}, {"value", af->finalizer}}
+                         : json{{"op", "add"}, {"path", "/metadata/finalizers"}, {"value", json::array({af->finalizer})}};
+      absl::StatusOr<json> r = kube::GuardedJsonPatch(*client_, DataServices(), ns, name,
+                                                      kube::ResourceVersionOf(dataservice), json::array({op}));
+      if (!r.ok()) fail(r.status(), "add finalizer");
+    } else if (const auto* rf = std::get_if<RemoveFinalizer>(&action)) {
+      absl::StatusOr<json> r = kube::RemoveFinalizer(*client_, DataServices(), dataservice, rf->finalizer);
+      if (!r.ok() && !absl::IsNotFound(r.status())) fail(r.status(), "remove finalizer");
+    } else if (std::holds_alternative<DrainWorkers>(action)) {
+      // No dispatcher drain RPC yet: report the drain as done so the finalizer is released now.
+      {
+        absl::MutexLock lock(&mu_);
+        drains_[key] = DrainProgress{true, "the drain RPC is not implemented yet; workers stop on SIGTERM"};
+      }
+      queue_.Add(key);
+    }
+  }
+  return first_error;
+}
+
+}  // namespace sluice::op

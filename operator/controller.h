@@ -1,0 +1,106 @@
+// DataServiceController: the thin adapter between the kube/ runtime and the pure reconciler.
+// Reflectors keep caches of DataServices, all pods (owned workers, consumer pods and the CPU
+// requested per node), the operator's Services and PersistentVolumeClaims, and nodes. Their events
+// put DataService keys ("namespace/name") on a work queue; each reconcile builds a ReconcileInput
+// from the caches, calls Reconcile, records expectations and executes the actions against the API
+// server (creates, server-side apply, uid-guarded deletes, status merge patches, guarded finalizer
+// patches, events.k8s.io Events).
+//
+// Draining: no dispatcher RPC exists yet, so a DrainWorkers action is answered at once with a
+// completed DrainProgress (workers then stop on SIGTERM) and the key is requeued.
+//
+// Threading: Start/Stop from one owner thread. Reflector handlers run on the reflector threads and
+// only enqueue keys. Reconciles run on the kube::Controller's worker threads, concurrently for
+// different keys, never for the same key; expectations and drain progress are guarded by mu_, which
+// is never held across an API call.
+#ifndef SLUICE_OPERATOR_CONTROLLER_H_
+#define SLUICE_OPERATOR_CONTROLLER_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "kube/client.h"
+#include "kube/clock.h"
+#include "kube/controller.h"
+#include "kube/event_recorder.h"
+#include "kube/reflector.h"
+#include "kube/store.h"
+#include "kube/workqueue.h"
+#include "nlohmann/json.hpp"
+#include "operator/expectations.h"
+#include "operator/reconciler.h"
+
+namespace sluice::op {
+
+// The DataService resource (sluice.dev/v1alpha1, namespaced).
+kube::ResourceRef DataServices();
+kube::ResourceRef PersistentVolumeClaims();
+
+struct OperatorOptions {
+  std::string watch_namespace;  // DataServices (and their Services/claims) of this namespace; "" = all
+  int workers = 2;              // concurrent reconciles
+  ReconcileOptions reconcile;
+  // DataServices with local placement are reconciled at least this often, because capacity also
+  // changes with pods and nodes that trigger no DataService event.
+  absl::Duration resync_period = absl::Seconds(30);
+  std::string field_manager = "sluice-operator";
+  std::string reporting_instance = "sluice-operator";
+  kube::Clock* clock = kube::Clock::Real();
+  // Receives one line per noteworthy happening (failed API calls, malformed cached objects).
+  std::function<void(absl::string_view)> log;
+};
+
+class DataServiceController {
+ public:
+  DataServiceController(kube::Client* client, OperatorOptions options);
+  ~DataServiceController();  // Stop()s
+  DataServiceController(const DataServiceController&) = delete;
+  DataServiceController& operator=(const DataServiceController&) = delete;
+
+  // Starts the reflectors, waits up to `sync_timeout` for their first lists, then starts the workers.
+  absl::Status Start(absl::Duration sync_timeout);
+  // Stops workers and reflectors (idempotent).
+  void Stop();
+
+  // One reconcile of a DataService key; what the workers call (public for tests).
+  absl::StatusOr<kube::ReconcileResult> ReconcileKey(const std::string& key);
+
+  int64_t reconciles() const { return controller_ ? controller_->reconciles() : 0; }
+
+ private:
+  ReconcileInput BuildInput(const nlohmann::json& dataservice) const;
+  absl::Status Execute(const std::string& key, const nlohmann::json& dataservice, const ReconcileResult& result);
+  void Emit(const nlohmann::json& dataservice, const EmitEvent& event);
+  void Log(absl::string_view line) const;
+  kube::ResourceEventHandler ConsumerPodHandler();
+
+  kube::Client* const client_;
+  const OperatorOptions options_;
+  kube::WorkQueue queue_;
+  kube::EventRecorder recorder_;
+
+  kube::Store dataservices_;
+  kube::Store pods_;  // every pod of the cluster
+  kube::Store services_;
+  kube::Store claims_;
+  kube::Store nodes_;
+  std::vector<std::unique_ptr<kube::Reflector>> reflectors_;
+  std::unique_ptr<kube::Controller> controller_;
+
+  mutable absl::Mutex mu_;
+  Expectations expectations_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, DrainProgress> drains_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace sluice::op
+
+#endif  // SLUICE_OPERATOR_CONTROLLER_H_

@@ -1,0 +1,225 @@
+// DataServiceController against the test API server (e2e/apiserver, started here as a child
+// process on a free port): the CRD is installed, a trainer pod runs on a GPU node, and a Hybrid
+// DataService is created, made ready, scaled through /scale and deleted. Waits are on observed
+// conditions with deadlines, never on fixed sleeps.
+#include "operator/controller.h"
+
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "kube/apply.h"
+#include "kube/client.h"
+#include "kube/resource.h"
+#include "operator/manifests.h"
+#include "operator/test_yaml.h"
+#include "testing/test_util.h"
+
+namespace sluice::op {
+namespace {
+
+using json = nlohmann::json;
+
+// Polls `condition` until it holds or `timeout` passes (a deadline, not a timing assumption).
+bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout = absl::Seconds(60)) {
+  absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  return condition();
+}
+
+// The test API server as a child process; killed and reaped on destruction.
+class TestApiServer {
+ public:
+  TestApiServer() {
+    port_file_ = dir_.File("port");
+    std::string source = sluice::testing::SourceDir();
+    pid_ = fork();
+    if (pid_ == 0) {
+      if (chdir(source.c_str()) != 0) _exit(126);
+      setenv("PYTHONPATH", source.c_str(), 1);
+      setenv("PYTHONDONTWRITEBYTECODE", "1", 1);
+      execl("/usr/bin/python3", "python3", "-m", "e2e.apiserver", "--port", "0", "--port-file", port_file_.c_str(),
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    REQUIRE(pid_ > 0);
+    bool up = WaitFor([&] {
+      std::ifstream in(port_file_);
+      return static_cast<bool>(in >> port_);
+    }, absl::Seconds(30));
+    REQUIRE(up);
+  }
+  ~TestApiServer() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    int status = 0;
+    bool exited = WaitFor([&] { return waitpid(pid_, &status, WNOHANG) == pid_; }, absl::Seconds(10));
+    if (!exited) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &status, 0);
+    }
+  }
+  std::string url() const { return absl::StrCat("http://127.0.0.1:", port_); }
+
+ private:
+  sluice::testing::TempDir dir_;
+  std::string port_file_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+json Crd() { return testing::LoadYamlDocuments("crds/dataservices.sluice.dev.yaml").at(0); }
+
+TEST_CASE("the controller runs a Hybrid DataService against an API server", "[controller][integration]") {
+  TestApiServer server;
+  kube::Config config;
+  config.server = server.url();
+  absl::StatusOr<std::unique_ptr<kube::Client>> made = kube::Client::Create(config);
+  REQUIRE(made.ok());
+  kube::Client& client = **made;
+
+  REQUIRE(client.Create(kube::resources::CustomResourceDefinitions(), "", Crd()).ok());
+  REQUIRE(client.Create(kube::resources::Namespaces(), "", json{{"apiVersion", "v1"}, {"kind", "Namespace"},
+                                                              {"metadata", {{"name", "ml"}}}}).ok());
+  // A GPU node with 16 CPUs; a trainer requesting 4 of them: (16 - 4) * 0.5 / 2 = 3 local workers fit.
+  REQUIRE(client.Create(kube::resources::Nodes(), "", json::parse(R"js({"apiVersion": "v1", "kind": "Node",
+      "metadata": {"name": "gpu-1", "labels": {"nvidia.com/gpu.present": "true"}},
+      "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
+      "status": {"allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"},
+                 "capacity": {"cpu": "16", "memory": "64Gi", "pods": "110"}}})js")).ok());
+  // The API server taints a new node not-ready; its node controller lifts that once the kubelet
+  // reports in. Play that part: keep only the GPU taint.
+  REQUIRE(client.Patch(kube::resources::Nodes(), "", "gpu-1", kube::PatchType::kMerge,
+                       json::parse(R"js({"spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present",
+                                                              "effect": "NoSchedule"}]}})js")).ok());
+  absl::StatusOr<json> trainer = client.Create(kube::resources::Pods(), "ml", json::parse(R"js({"apiVersion": "v1",
+      "kind": "Pod", "metadata": {"name": "trainer-0", "labels": {"app": "trainer"}},
+      "spec": {"nodeName": "gpu-1", "containers": [{"name": "t", "image": "trainer:dev",
+               "resources": {"requests": {"cpu": "4"}}}]}})js"));
+  REQUIRE(trainer.ok());
+  json ds = json::parse(R"js({"apiVersion": "sluice.dev/v1alpha1", "kind": "DataService",
+      "metadata": {"name": "ds", "namespace": "ml"},
+      "spec": {"dispatcher": {"image": "sluice-dispatcher:dev"},
+               "workers": {"image": "sluice-worker:dev", "replicas": 4, "resources": {"requests": {"cpu": "2"}}},
+               "placement": {"policy": "Hybrid", "consumerSelector": {"matchLabels": {"app": "trainer"}},
+                             "acceleratorNodeSelector": {"nvidia.com/gpu.present": "true"},
+                             "localTolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}}})js");
+  REQUIRE(client.Create(DataServices(), "ml", ds).ok());
+
+  absl::Mutex log_mu;
+  std::vector<std::string> log_lines;
+  OperatorOptions options;
+  options.workers = 1;
+  options.log = [&](absl::string_view line) {
+    absl::MutexLock lock(&log_mu);
+    log_lines.emplace_back(line);
+  };
+  DataServiceController controller(&client, options);
+  REQUIRE(controller.Start(absl::Seconds(30)).ok());
+
+  auto get_ds = [&]() -> json {
+    absl::StatusOr<json> o = client.Get(DataServices(), "ml", "ds");
+    return o.ok() ? *o : json();
+  };
+  auto worker_pods = [&]() {
+    kube::ListOptions opts;
+    opts.label_selector = "sluice.dev/dataservice=ds,sluice.dev/role=worker";
+    absl::StatusOr<json> list = client.List(kube::resources::Pods(), "ml", opts);
+    std::vector<json> live;
+    if (!list.ok()) return live;
+    for (const json& p : (*list)["items"]) {
+      if (!p["metadata"].contains("deletionTimestamp")) live.push_back(p);
+    }
+    return live;
+  };
+  auto condition = [&](const json& o, const std::string& type) -> std::string {
+    if (!o.contains("status") || !o["status"].contains("conditions")) return "";
+    for (const json& c : o["status"]["conditions"]) {
+      if (c["type"] == type) return c["status"];
+    }
+    return "";
+  };
+
+  SECTION("creates everything, reports status, scales through /scale, and drains on deletion") {
+    // Dispatcher, Service, three local and one remote worker; status and finalizer written.
+    bool created = WaitFor([&] {
+      json o = get_ds();
+      return worker_pods().size() == 4 && o.contains("status") && o["status"].value("replicas", 0) == 4 &&
+             o["status"].value("localReplicas", 0) == 3 && o["status"].value("localCapacity", 0) == 3;
+    });
+    {
+      absl::MutexLock lock(&log_mu);
+      INFO(absl::StrJoin(log_lines, "\n"));
+      INFO(get_ds().dump());
+      INFO(worker_pods().size());
+      REQUIRE(created);
+    }
+    json o = get_ds();
+    CHECK(o["metadata"]["finalizers"] == json::array({"sluice.dev/drain"}));
+    CHECK(o["status"]["dispatcherAddress"] == "ds-dispatcher.ml.svc:5050");
+    CHECK(o["status"]["selector"] == "sluice.dev/dataservice=ds,sluice.dev/role=worker");
+    CHECK(condition(o, "Ready") == "False");
+    REQUIRE(client.Get(kube::resources::Services(), "ml", "ds-dispatcher").ok());
+    absl::StatusOr<json> dispatcher = client.Get(kube::resources::Pods(), "ml", "ds-dispatcher");
+    REQUIRE(dispatcher.ok());
+    CHECK((*dispatcher)["metadata"]["ownerReferences"][0]["uid"] == o["metadata"]["uid"]);
+    std::set<std::string> names;
+    for (const json& p : worker_pods()) names.insert(p["metadata"]["name"]);
+    CHECK(names == std::set<std::string>{"ds-worker-local-0", "ds-worker-local-1", "ds-worker-local-2",
+                                         "ds-worker-remote-0"});
+
+    // The pods become ready (as their kubelet would report): the DataService becomes Ready.
+    json ready_status = json::parse(R"js({"phase": "Running", "podIP": "127.0.0.2",
+        "conditions": [{"type": "Ready", "status": "True"}]})js");
+    for (const std::string& name : {std::string("ds-dispatcher"), std::string("ds-worker-local-0"),
+                                    std::string("ds-worker-local-1"), std::string("ds-worker-local-2"),
+                                    std::string("ds-worker-remote-0")}) {
+      REQUIRE(kube::PatchStatus(client, kube::resources::Pods(), "ml", name, ready_status).ok());
+    }
+    REQUIRE(WaitFor([&] { return condition(get_ds(), "Ready") == "True"; }));
+    CHECK(get_ds()["status"]["readyReplicas"] == 4);
+
+    // HPA-style scale-down through the scale subresource: the remote worker goes first.
+    REQUIRE(client.Patch(DataServices(), "ml", "ds", kube::PatchType::kMerge, json{{"spec", {{"replicas", 2}}}}, {},
+                         "scale").ok());
+    REQUIRE(WaitFor([&] { return worker_pods().size() == 2 && get_ds()["status"].value("replicas", 0) == 2; }));
+    for (const json& p : worker_pods()) CHECK(p["metadata"]["labels"]["sluice.dev/placement"] == "local");
+
+    // Events were recorded for the creates and the scale.
+    absl::StatusOr<json> events = client.List(kube::resources::Events(), "ml");
+    REQUIRE(events.ok());
+    std::set<std::string> reasons;
+    for (const json& e : (*events)["items"]) reasons.insert(e.value("reason", ""));
+    CHECK(reasons.count("CreatedWorker") == 1);
+    CHECK(reasons.count("CreatedDispatcher") == 1);
+    CHECK(reasons.count("ScalingDown") == 1);
+    CHECK(reasons.count("DeletedWorker") == 1);
+
+    // Deletion: the finalizer is released after the (stubbed) drain; garbage collection follows.
+    REQUIRE(client.Delete(DataServices(), "ml", "ds").ok());
+    REQUIRE(WaitFor([&] { return absl::IsNotFound(client.Get(DataServices(), "ml", "ds").status()); }));
+    REQUIRE(WaitFor([&] { return worker_pods().empty(); }));
+  }
+  controller.Stop();
+}
+
+}  // namespace
+}  // namespace sluice::op
