@@ -73,8 +73,8 @@ absl::StatusOr<json> GuardedJsonPatch(Client& client, const ResourceRef& ref, ab
 }
 
 json ControllerOwnerReference(const json& owner) {
-  return json{{"apiVersion", owner.value("apiVersion", "")},
-              {"kind", owner.value("kind", "")},
+  return json{{"apiVersion", GetString(owner, "apiVersion")},
+              {"kind", GetString(owner, "kind")},
               {"name", NameOf(owner)},
               {"uid", UidOf(owner)},
               {"controller", true},
@@ -82,13 +82,15 @@ json ControllerOwnerReference(const json& owner) {
 }
 
 void SetControllerReference(json& object, const json& owner) {
+  if (!object.is_object()) object = json::object();
+  if (!object.contains("metadata") || !object["metadata"].is_object()) object["metadata"] = json::object();
   json& meta = object["metadata"];
   json refs = meta.contains("ownerReferences") && meta["ownerReferences"].is_array() ? meta["ownerReferences"]
                                                                                       : json::array();
   json kept = json::array();
   std::string uid = UidOf(owner);
   for (const json& ref : refs) {
-    if (ref.is_object() && (ref.value("controller", false) || ref.value("uid", "") == uid)) continue;
+    if (ref.is_object() && (GetBool(ref, "controller") || GetString(ref, "uid") == uid)) continue;
     kept.push_back(ref);
   }
   kept.push_back(ControllerOwnerReference(owner));
@@ -100,14 +102,14 @@ std::optional<json> ControllerOf(const json& object) {
   const json& meta = object["metadata"];
   if (!meta.contains("ownerReferences") || !meta["ownerReferences"].is_array()) return std::nullopt;
   for (const json& ref : meta["ownerReferences"]) {
-    if (ref.is_object() && ref.value("controller", false)) return ref;
+    if (GetBool(ref, "controller")) return ref;
   }
   return std::nullopt;
 }
 
 bool IsControlledBy(const json& object, absl::string_view owner_uid) {
   auto ref = ControllerOf(object);
-  return ref && ref->value("uid", "") == owner_uid;
+  return ref && GetString(*ref, "uid") == owner_uid;
 }
 
 }  // namespace sluice::kube

@@ -42,16 +42,16 @@ int64_t EventRecorder::patched() const {
 absl::Status EventRecorder::Record(const json& regarding_object, EventType type, absl::string_view reason,
                                    absl::string_view action, absl::string_view note, const json* related) {
   json regarding = ObjectReferenceTo(regarding_object);
-  std::string regarding_ns = regarding.value("namespace", "");
-  std::string regarding_name = regarding.value("name", "");
+  std::string regarding_ns = GetString(regarding, "namespace");
+  std::string regarding_name = GetString(regarding, "name");
   if (regarding_name.empty()) return absl::InvalidArgumentError("event: regarding object has no name");
   if (reason.empty()) return absl::InvalidArgumentError("event: reason is required");
   // The API server limits note to 1 kB.
   std::string note_text(note.substr(0, 1024));
   std::string event_ns = regarding_ns.empty() ? "default" : regarding_ns;
   absl::Time now = options_.clock->Now();
-  Key key{absl::StrCat(regarding.value("kind", ""), "/", regarding_ns, "/", regarding_name),
-          regarding.value("uid", ""), std::string(reason), note_text,
+  Key key{absl::StrCat(GetString(regarding, "kind"), "/", regarding_ns, "/", regarding_name),
+          GetString(regarding, "uid"), std::string(reason), note_text,
           type == EventType::kWarning ? "Warning" : "Normal"};
 
   std::optional<Entry> repeat;

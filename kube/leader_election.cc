@@ -11,6 +11,14 @@ namespace sluice::kube {
 
 using nlohmann::json;
 
+namespace {
+json SpecOf(const json& lease) {
+  if (!lease.is_object()) return json::object();
+  auto it = lease.find("spec");
+  return it != lease.end() && it->is_object() ? *it : json::object();
+}
+}  // namespace
+
 LeaderElector::LeaderElector(Client* client, LeaderElectionConfig config)
     : client_(client), config_(std::move(config)), rng_(config_.seed != 0 ? config_.seed : std::random_device{}()) {}
 
@@ -79,7 +87,7 @@ absl::StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
     }
     {
       absl::MutexLock lock(&mu_);
-      observed_spec_ = (*created)["spec"];
+      observed_spec_ = SpecOf(*created);
       observed_time_ = now;
       last_lease_ = *created;
     }
@@ -88,8 +96,9 @@ absl::StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
   }
   if (!current.ok()) return current.status();
 
-  json spec = current->contains("spec") && (*current)["spec"].is_object() ? (*current)["spec"] : json::object();
-  std::string holder = spec.value("holderIdentity", "");
+  if (!current->is_object()) return absl::DataLossError("leader election: the Lease answer is not an object");
+  json spec = SpecOf(*current);
+  std::string holder = GetString(spec, "holderIdentity");
   absl::Time observed_time;
   {
     absl::MutexLock lock(&mu_);
@@ -123,7 +132,7 @@ absl::StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
   }
   {
     absl::MutexLock lock(&mu_);
-    observed_spec_ = (*written)["spec"];
+    observed_spec_ = SpecOf(*written);
     observed_time_ = now;
     last_lease_ = *written;
   }
@@ -135,7 +144,7 @@ absl::Status LeaderElector::Release() {
   json lease;
   {
     absl::MutexLock lock(&mu_);
-    if (!leading_ || last_lease_.is_null()) return absl::OkStatus();
+    if (!leading_ || !last_lease_.is_object()) return absl::OkStatus();
     lease = last_lease_;
   }
   absl::Time now = config_.clock->Now();
@@ -152,7 +161,7 @@ absl::Status LeaderElector::Release() {
     return IsConflict(written.status()) ? absl::OkStatus() : written.status();
   }
   last_lease_ = *written;
-  observed_spec_ = (*written)["spec"];
+  observed_spec_ = SpecOf(*written);
   observed_time_ = now;
   return absl::OkStatus();
 }

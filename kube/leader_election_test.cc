@@ -52,6 +52,24 @@ TEST_CASE("configuration is validated") {
   CHECK_FALSE(LeaderElector(nullptr, config).Validate().ok());
 }
 
+TEST_CASE("malformed Lease answers are errors - not exceptions") {
+  FixtureServer server;
+  REQUIRE(server.Start().ok());
+  server.Expect("GET", kLeasePath, Reply::Json(200, json::array({1, 2})));
+  json no_spec = RecordedLease();
+  no_spec["spec"] = "garbage";
+  server.Expect("GET", kLeasePath, Reply::Json(200, no_spec));
+  server.Expect("PUT", kLeasePath, Reply::Json(200, json("not an object")));
+  auto client = MakeClient(server);
+  FakeClock clock;
+  LeaderElector elector(client.get(), Election("me", &clock));
+  CHECK(elector.TryAcquireOrRenew().status().code() == absl::StatusCode::kDataLoss);
+  auto taken = elector.TryAcquireOrRenew();  // a spec that is not an object counts as no holder
+  REQUIRE(taken.ok());
+  CHECK(*taken);
+  CHECK(elector.Release().ok());  // not leading (Run was not called): nothing to release
+}
+
 TEST_CASE("a missing lease is created with us as holder") {
   FixtureServer server;
   REQUIRE(server.Start().ok());

@@ -227,10 +227,11 @@ ResourceEventHandler EnqueueControllerOwnerHandler(WorkQueue* queue, std::string
     const json& meta = object["metadata"];
     if (!meta.contains("ownerReferences") || !meta["ownerReferences"].is_array()) return;
     for (const json& ref : meta["ownerReferences"]) {
-      if (!ref.is_object() || !ref.value("controller", false)) continue;
-      if (ref.value("kind", "") != owner_kind) continue;
+      if (!GetBool(ref, "controller")) continue;
+      if (GetString(ref, "kind") != owner_kind) continue;
       std::string ns = NamespaceOf(object);
-      std::string name = ref.value("name", "");
+      std::string name = GetString(ref, "name");
+      if (name.empty()) continue;
       queue->Add(ns.empty() ? name : absl::StrCat(ns, "/", name));
     }
   };

@@ -271,6 +271,45 @@ TEST_CASE("reflector stops promptly while parked in a backoff sleep or an open w
   CHECK_FALSE(reflector.HasSynced());
 }
 
+TEST_CASE("reflector survives a list answer that is not a list object") {
+  FixtureServer server;
+  REQUIRE(server.Start().ok());
+  server.SetFallback([](const RecordedRequest&) { return Reply::Json(200, json::array({1, 2, 3})); });
+  auto client = MakeClient(server);
+  Store store;
+  FakeClock clock;
+  ReflectorOptions options;
+  options.resource = kSamples;
+  options.clock = &clock;
+  Reflector reflector(client.get(), &store, options);
+  absl::Mutex mu;
+  absl::Status last;
+  reflector.SetMetricsCallback([&](ReflectorEvent e, const absl::Status& s) {
+    absl::MutexLock lock(&mu);
+    if (e == ReflectorEvent::kWatchError) last = s;
+  });
+  reflector.Start();
+  REQUIRE(clock.AwaitSleepers(1));  // backing off, not crashed
+  reflector.Stop();
+  absl::MutexLock lock(&mu);
+  CHECK(last.code() == absl::StatusCode::kDataLoss);
+  CHECK(store.size() == 0);
+}
+
+TEST_CASE("enqueue handlers ignore malformed ownerReferences") {
+  WorkQueue queue;
+  ResourceEventHandler owner = EnqueueControllerOwnerHandler(&queue, "Sample");
+  json pod = json::parse(R"({"metadata":{"name":"p","namespace":"n","ownerReferences":[
+      {"kind":5,"name":"a","controller":"yes"}, "not-an-object", {"kind":"Sample","controller":true,"name":7}]}})");
+  owner.on_add(std::make_shared<const json>(pod));
+  json weird = json::parse(R"({"metadata":{"ownerReferences":{"kind":"Sample"}}})");
+  owner.on_add(std::make_shared<const json>(weird));
+  CHECK(queue.Len() == 0);
+  pod["metadata"]["ownerReferences"].push_back({{"kind", "Sample"}, {"controller", true}, {"name", "good"}});
+  owner.on_add(std::make_shared<const json>(pod));
+  CHECK(*queue.Get() == "n/good");
+}
+
 TEST_CASE("enqueue handlers map objects and their controller owners to keys") {
   WorkQueue queue;
   ResourceEventHandler own = EnqueueObjectHandler(&queue);

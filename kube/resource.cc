@@ -119,6 +119,20 @@ QueryParams WriteOptions::ToQuery() const {
   return q;
 }
 
+std::string GetString(const json& object, absl::string_view key, absl::string_view fallback) {
+  if (!object.is_object()) return std::string(fallback);
+  auto it = object.find(std::string(key));
+  if (it == object.end() || !it->is_string()) return std::string(fallback);
+  return it->get<std::string>();
+}
+
+bool GetBool(const json& object, absl::string_view key, bool fallback) {
+  if (!object.is_object()) return fallback;
+  auto it = object.find(std::string(key));
+  if (it == object.end() || !it->is_boolean()) return fallback;
+  return it->get<bool>();
+}
+
 namespace {
 std::string MetaString(const json& object, const char* key) {
   if (!object.is_object()) return "";

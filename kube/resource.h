@@ -92,6 +92,11 @@ struct WriteOptions {
   QueryParams ToQuery() const;
 };
 
+// Exception-free field access: the value of `key` in `object` if both have the right types,
+// else the fallback.
+std::string GetString(const nlohmann::json& object, absl::string_view key, absl::string_view fallback = "");
+bool GetBool(const nlohmann::json& object, absl::string_view key, bool fallback = false);
+
 // Object helpers.
 std::string NamespaceOf(const nlohmann::json& object);
 std::string NameOf(const nlohmann::json& object);
