@@ -16,6 +16,7 @@
 #ifndef SLUICE_KUBE_REFLECTOR_H_
 #define SLUICE_KUBE_REFLECTOR_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -90,6 +91,10 @@ class Reflector {
   std::string LastResourceVersion() const;
 
   int64_t lists() const { return lists_.load(); }
+  // Lists after the first one (after 410s, or after failed first attempts' recovery).
+  int64_t relists() const { return std::max<int64_t>(0, lists_.load() - 1); }
+  // Watches opened after the first one.
+  int64_t watch_restarts() const { return std::max<int64_t>(0, watches_.load() - 1); }
   int64_t relists_after_gone() const { return gone_relists_.load(); }
   int64_t watches_started() const { return watches_.load(); }
   int64_t watch_errors() const { return watch_errors_.load(); }

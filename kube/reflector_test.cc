@@ -167,6 +167,8 @@ void CheckRelistOnGone(const Reply& gone) {
   CHECK(store.Get("fixtures/stale") == nullptr);
   CHECK(reflector.relists_after_gone() == 1);
   CHECK(reflector.lists() == 2);
+  CHECK(reflector.relists() == 1);
+  CHECK(reflector.watch_restarts() == 1);
   auto requests = server.Requests();
   REQUIRE(requests.size() == 4);
   CHECK(requests[2].query.count("resourceVersion") == 0);  // consistent relist after 410
@@ -269,6 +271,23 @@ TEST_CASE("reflector stops promptly while parked in a backoff sleep or an open w
   REQUIRE(clock.AwaitSleepers(1));
   reflector.Stop();
   CHECK_FALSE(reflector.HasSynced());
+}
+
+TEST_CASE("reflector stops promptly while a list answer is still streaming") {
+  FixtureServer server;
+  REQUIRE(server.Start().ok());
+  Reply endless = Reply::Watch({}, /*hold_open=*/true);  // a chunked body that never ends
+  server.SetFallback([endless](const RecordedRequest&) { return endless; });
+  auto client = MakeClient(server);
+  Store store;
+  ReflectorOptions options;
+  options.resource = kSamples;
+  Reflector reflector(client.get(), &store, options);
+  reflector.Start();
+  REQUIRE(server.WaitForOpenHeldStreams(1));
+  reflector.Stop();  // cancels the in-flight list
+  CHECK_FALSE(reflector.HasSynced());
+  CHECK(reflector.lists() == 0);
 }
 
 TEST_CASE("reflector survives a list answer that is not a list object") {
