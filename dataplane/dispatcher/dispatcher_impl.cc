@@ -1,0 +1,915 @@
+#include "dataplane/dispatcher/dispatcher_impl.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/log.h"
+#include "dataplane/pipeline/pipeline.h"
+#include "dataplane/pipeline/spec_parser.h"
+
+namespace sluice::dispatcher {
+
+using service::Update;
+
+namespace {
+
+bool IsStaticSharding(service::ShardingPolicy policy) {
+  return policy == service::SHARDING_FILE || policy == service::SHARDING_DATA;
+}
+
+std::string ShortName(const std::string& enum_name, absl::string_view prefix) {
+  return std::string(absl::StripPrefix(enum_name, prefix));
+}
+
+// The host part of "host:port" ("[v6]:port" too).
+std::string HostOf(const std::string& address) {
+  auto colon = address.rfind(':');
+  std::string host = colon == std::string::npos ? address : address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return host;
+}
+
+int64_t ToMillis(absl::Duration d) { return absl::ToInt64Milliseconds(d); }
+
+absl::Status CheckClientMetrics(const service::ClientMetrics& m) {
+  auto bad_double = [](double v) { return !std::isfinite(v) || v < 0; };
+  if (bad_double(m.wait_seconds_total())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics.wait_seconds_total is ", m.wait_seconds_total(), "; must be a finite number >= 0"));
+  }
+  if (bad_double(m.step_seconds_total())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics.step_seconds_total is ", m.step_seconds_total(), "; must be a finite number >= 0"));
+  }
+  if (m.elements_total() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("metrics.elements_total is ", m.elements_total(), "; must be >= 0"));
+  }
+  if (m.bytes_total() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("metrics.bytes_total is ", m.bytes_total(), "; must be >= 0"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool SameHost(const std::string& client_host, const std::string& worker_host) {
+  return !client_host.empty() && client_host == worker_host;
+}
+
+DispatcherService::DispatcherService(DispatcherOptions options, const Clock* clock, Journal* journal,
+                                     DispatcherMetrics* metrics)
+    : options_(std::move(options)), clock_(clock), journal_(journal), metrics_(metrics) {}
+
+// ---------------------------------------------------------------- plumbing
+
+absl::Status DispatcherService::Commit(const Update& update) {
+  if (auto s = state_.Check(update); !s.ok()) {
+    SLUICE_LOG(Error, "dispatcher built an invalid update").With("update", update.ShortDebugString()).With("error", s.ToString());
+    return absl::InternalError(absl::StrCat("dispatcher bug: ", s.message()));
+  }
+  if (journal_ != nullptr) {
+    if (absl::Status health = journal_->health(); !health.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("the dispatcher's journal failed (", health.message(), "); it accepts no changes until restarted"));
+    }
+    journal_->Append(update);
+  }
+  absl::Status applied = state_.Apply(update);  // cannot fail after Check
+  ++updates_since_snapshot_;
+  return applied;
+}
+
+int64_t DispatcherService::LastSequenceLocked() const { return journal_ == nullptr ? 0 : journal_->last_appended(); }
+
+absl::Status DispatcherService::Durable(int64_t sequence) {
+  if (journal_ == nullptr || sequence == 0) return absl::OkStatus();
+  absl::Status s = journal_->Sync(sequence);
+  if (!s.ok()) return absl::UnavailableError(absl::StrCat("journal write failed: ", s.message()));
+  return absl::OkStatus();
+}
+
+std::string DispatcherService::JobLabel(const DispatcherState::Job& job) const {
+  return job.spec.job_name().empty() ? absl::StrCat(job.id) : job.spec.job_name();
+}
+
+absl::Status DispatcherService::Recover(const JournalContents& contents) {
+  absl::MutexLock lock(&mu_);
+  int64_t applied = 0;
+  if (contents.snapshot.has_value()) {
+    for (int i = 0; i < contents.snapshot->updates_size(); ++i) {
+      if (auto s = state_.Apply(contents.snapshot->updates(i)); !s.ok()) {
+        return absl::DataLossError(absl::StrCat("'", contents.snapshot_file, "': snapshot update ", i,
+                                                " does not apply: ", s.message()));
+      }
+    }
+  }
+  for (size_t i = 0; i < contents.updates.size(); ++i) {
+    if (auto s = state_.Apply(contents.updates[i]); !s.ok()) {
+      return absl::DataLossError(absl::StrCat("journal update ", contents.first_sequence + static_cast<int64_t>(i),
+                                              " does not apply: ", s.message()));
+    }
+    ++applied;
+  }
+  updates_since_snapshot_ = applied;
+  // Everyone gets a full timeout to reconnect.
+  const absl::Time now = clock_->Now();
+  for (const auto& [address, w] : state_.workers()) worker_seen_[address] = now;
+  for (const auto& [id, c] : state_.job_clients()) client_seen_[id] = now;
+  UpdateGaugesLocked();
+  return absl::OkStatus();
+}
+
+void DispatcherService::UpdateGaugesLocked() {
+  if (metrics_ == nullptr) return;
+  int64_t active = 0;
+  for (const auto& [id, job] : state_.jobs()) active += job.finished ? 0 : 1;
+  int64_t local = 0;
+  int64_t remote = 0;
+  for (const auto& [address, w] : state_.workers()) {
+    (w.placement == service::PLACEMENT_LOCAL ? local : remote)++;
+  }
+  metrics_->SetJobs(active);
+  metrics_->SetWorkers(local, remote);
+  if (journal_ != nullptr) metrics_->SetJournalBytes(journal_->bytes());
+}
+
+// ---------------------------------------------------------------- datasets and jobs
+
+absl::Status DispatcherService::RegisterDataset(const service::RegisterDatasetRequest& request,
+                                                service::RegisterDatasetResponse* response) {
+  if (!request.has_pipeline() || request.pipeline().ByteSizeLong() == 0) {
+    return absl::InvalidArgumentError("pipeline is empty: RegisterDatasetRequest.pipeline needs at least a source");
+  }
+  pipeline::PipelineDef def = request.pipeline();
+  if (absl::Status s = pipeline::Canonicalize(def); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("pipeline: ", s.message()));
+  }
+  const std::string id = pipeline::Fingerprint(def);
+  {
+    absl::MutexLock lock(&mu_);
+    if (const auto* d = state_.FindDataset(id)) {
+      response->set_dataset_id(id);
+      response->set_num_splits(static_cast<int64_t>(d->splits.size()));
+      return Durable(LastSequenceLocked());
+    }
+  }
+  // Listing splits reads the data files: outside the lock.
+  auto compiled = pipeline::Pipeline::Create(def);
+  if (!compiled.ok()) return absl::InvalidArgumentError(absl::StrCat("pipeline: ", compiled.status().message()));
+  auto splits = (*compiled)->ListSplits();
+  if (!splits.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("pipeline: cannot list its splits (the dispatcher must see the data files): ",
+                                                      splits.status().message()));
+  }
+  int64_t sequence = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_.FindDataset(id) == nullptr) {  // another request may have registered it meanwhile
+      Update u;
+      auto* r = u.mutable_register_dataset();
+      r->set_dataset_id(id);
+      *r->mutable_pipeline() = def;
+      for (const auto& split : *splits) {
+        auto* s = r->add_splits();
+        s->set_index(split.index);
+        s->set_path(split.path);
+        s->set_begin(split.begin);
+        s->set_end(split.end);
+      }
+      if (absl::Status s = Commit(u); !s.ok()) return s;
+      SLUICE_LOG(Info, "dataset registered").With("dataset_id", id).With("splits", static_cast<int64_t>(splits->size()));
+    }
+    response->set_dataset_id(id);
+    response->set_num_splits(static_cast<int64_t>(state_.FindDataset(id)->splits.size()));
+    sequence = LastSequenceLocked();
+  }
+  return Durable(sequence);
+}
+
+absl::Status DispatcherService::GetOrCreateJob(const service::GetOrCreateJobRequest& request,
+                                               service::GetOrCreateJobResponse* response) {
+  service::JobSpec spec = request.spec();
+  if (spec.dataset_id().empty()) return absl::InvalidArgumentError("spec.dataset_id is empty (register the dataset first)");
+  if (!service::ShardingPolicy_IsValid(spec.sharding())) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.sharding ", spec.sharding(), " is not a ShardingPolicy"));
+  }
+  if (!service::TargetWorkers_IsValid(spec.target_workers())) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.target_workers ", spec.target_workers(), " is not a TargetWorkers value"));
+  }
+  if (!service::Compression_IsValid(spec.compression())) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.compression ", spec.compression(), " is not a Compression"));
+  }
+  if (spec.num_epochs() < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.num_epochs is ", spec.num_epochs(), "; use -1 (forever) or a positive count"));
+  }
+  if (spec.num_consumers() < 0 || spec.num_consumers() > 65536) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.num_consumers is ", spec.num_consumers(), "; must be in [0, 65536]"));
+  }
+  if (spec.cross_job_sharing() && spec.sharding() != service::SHARDING_OFF) {
+    return absl::InvalidArgumentError("spec.cross_job_sharing needs sharding SHARDING_OFF (every job must see every element)");
+  }
+  if (spec.num_consumers() > 0 && spec.sharding() != service::SHARDING_OFF) {
+    return absl::InvalidArgumentError("spec.num_consumers > 0 (coordinated reads) needs sharding SHARDING_OFF");
+  }
+  spec.set_num_epochs(NormalizedNumEpochs(spec.num_epochs()));
+  int64_t sequence = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_.FindDataset(spec.dataset_id()) == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("spec.dataset_id '", spec.dataset_id(), "' is not known (register the dataset first)"));
+    }
+    const DispatcherState::Job* job = nullptr;
+    if (!spec.job_name().empty()) {
+      job = state_.FindJobByName(spec.job_name());
+      if (job != nullptr && job->finished) job = nullptr;  // a finished job's name can be reused
+    }
+    if (job != nullptr) {
+      const service::JobSpec& have = job->spec;
+      auto mismatch = [&](absl::string_view field, const std::string& existing, const std::string& requested) {
+        return absl::FailedPreconditionError(absl::StrCat("job '", spec.job_name(), "' exists with ", field, " ", existing,
+                                                          ", request has ", requested));
+      };
+      if (have.dataset_id() != spec.dataset_id()) return mismatch("dataset_id", have.dataset_id(), spec.dataset_id());
+      if (have.sharding() != spec.sharding()) {
+        return mismatch("sharding", ShortName(service::ShardingPolicy_Name(have.sharding()), "SHARDING_"),
+                        ShortName(service::ShardingPolicy_Name(spec.sharding()), "SHARDING_"));
+      }
+      if (have.num_consumers() != spec.num_consumers()) {
+        return mismatch("num_consumers", absl::StrCat(have.num_consumers()), absl::StrCat(spec.num_consumers()));
+      }
+      if (have.cross_job_sharing() != spec.cross_job_sharing()) {
+        return mismatch("cross_job_sharing", have.cross_job_sharing() ? "true" : "false",
+                        spec.cross_job_sharing() ? "true" : "false");
+      }
+      if (have.num_epochs() != spec.num_epochs()) {
+        return mismatch("num_epochs", absl::StrCat(have.num_epochs()), absl::StrCat(spec.num_epochs()));
+      }
+      if (have.compression() != spec.compression()) {
+        return mismatch("compression", ShortName(service::Compression_Name(have.compression()), "COMPRESSION_"),
+                        ShortName(service::Compression_Name(spec.compression()), "COMPRESSION_"));
+      }
+    } else {
+      const int64_t job_id = state_.next_job_id();
+      Update create;
+      create.mutable_create_job()->set_job_id(job_id);
+      *create.mutable_create_job()->mutable_spec() = spec;
+      std::vector<std::string> workers;
+      for (const auto& [address, w] : state_.workers()) {
+        if (!w.draining) workers.push_back(address);
+      }
+      if (IsStaticSharding(spec.sharding())) {
+        if (workers.empty()) {
+          return absl::UnavailableError(absl::StrCat(
+              "no workers are registered yet; static sharding (", ShortName(service::ShardingPolicy_Name(spec.sharding()), "SHARDING_"),
+              ") fixes the job's workers when it is created: retry once workers are up"));
+        }
+        for (const auto& a : workers) create.mutable_create_job()->add_static_workers(a);
+      }
+      if (absl::Status s = Commit(create); !s.ok()) return s;
+      job = state_.FindJob(job_id);
+      for (size_t i = 0; i < workers.size(); ++i) {
+        const bool is_static = IsStaticSharding(spec.sharding());
+        if (absl::Status s = CreateTaskLocked(*job, workers[i], is_static ? static_cast<int32_t>(i) : 0,
+                                              is_static ? static_cast<int32_t>(workers.size()) : 0,
+                                              /*starting_round=*/0);
+            !s.ok()) {
+          return s;
+        }
+      }
+      SLUICE_LOG(Info, "job created")
+          .With("job_id", job_id)
+          .With("job_name", spec.job_name())
+          .With("dataset_id", spec.dataset_id())
+          .With("sharding", service::ShardingPolicy_Name(spec.sharding()))
+          .With("tasks", static_cast<int64_t>(job->tasks.size()));
+    }
+    Update acquire;
+    auto* a = acquire.mutable_acquire_job_client();
+    a->set_job_client_id(state_.next_job_client_id());
+    a->set_job_id(job->id);
+    a->set_client_host(request.client_host());
+    a->set_target_workers(spec.target_workers());
+    if (absl::Status s = Commit(acquire); !s.ok()) return s;
+    client_seen_[a->job_client_id()] = clock_->Now();
+    response->set_job_id(job->id);
+    response->set_job_client_id(a->job_client_id());
+    sequence = LastSequenceLocked();
+  }
+  return Durable(sequence);
+}
+
+absl::Status DispatcherService::CreateTaskLocked(const DispatcherState::Job& job, const std::string& address,
+                                                 int32_t worker_index, int32_t num_workers, int64_t starting_round) {
+  Update u;
+  auto* t = u.mutable_create_task();
+  t->set_task_id(state_.next_task_id());
+  t->set_job_id(job.id);
+  t->set_worker_address(address);
+  t->set_worker_index(worker_index);
+  t->set_num_workers(num_workers);
+  t->set_starting_round(starting_round);
+  return Commit(u);
+}
+
+int64_t DispatcherService::StartingRoundLocked(const DispatcherState::Job& job) const {
+  if (job.spec.num_consumers() == 0) return 0;
+  auto it = max_round_seen_.find(job.id);
+  if (job.tasks.empty()) {
+    // Nobody serves rounds, so the clients wait where they are: start right there.
+    if (it != max_round_seen_.end()) return it->second;
+    return std::max<int64_t>(0, job.round_watermark - kRoundWatermarkLookahead);
+  }
+  // Before any client reported a round since this process started (a restart), the journaled
+  // watermark bounds the rounds clients may have reached.
+  const int64_t reached = it != max_round_seen_.end() ? it->second : job.round_watermark;
+  return reached + kStartingRoundMargin;
+}
+
+absl::Status DispatcherService::CreateTasksForWorkerLocked(const std::string& address) {
+  for (const auto& [job_id, job] : state_.jobs()) {
+    if (job.finished) continue;
+    bool has_task = false;
+    for (int64_t t : job.tasks) has_task |= state_.FindTask(t)->worker_address == address;
+    if (has_task) continue;
+    if (IsStaticSharding(job.spec.sharding())) {
+      // Only the workers fixed at job creation; one that comes back gets its shard again.
+      auto it = std::find(job.static_workers.begin(), job.static_workers.end(), address);
+      if (it == job.static_workers.end()) continue;
+      if (absl::Status s = CreateTaskLocked(job, address, static_cast<int32_t>(it - job.static_workers.begin()),
+                                            static_cast<int32_t>(job.static_workers.size()), StartingRoundLocked(job));
+          !s.ok()) {
+        return s;
+      }
+    } else if (absl::Status s = CreateTaskLocked(job, address, 0, 0, StartingRoundLocked(job)); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------- clients
+
+absl::Status DispatcherService::ClientHeartbeat(const service::ClientHeartbeatRequest& request,
+                                                service::ClientHeartbeatResponse* response) {
+  if (request.current_round() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("current_round is ", request.current_round(), "; must be >= 0"));
+  }
+  if (absl::Status s = CheckClientMetrics(request.metrics()); !s.ok()) return s;
+  int64_t sequence = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    const DispatcherState::JobClient* client = state_.FindJobClient(request.job_client_id());
+    if (client == nullptr) {
+      return absl::NotFoundError(absl::StrCat("job_client_id ", request.job_client_id(), " is not known"));
+    }
+    client_seen_[client->id] = clock_->Now();
+    const DispatcherState::Job& job = *state_.FindJob(client->job_id);
+    // Metrics: the client reports totals; the job accumulates increments.
+    service::ClientMetrics& last = client_metrics_[client->id];
+    service::ClientMetrics delta;
+    delta.set_wait_seconds_total(std::max(0.0, request.metrics().wait_seconds_total() - last.wait_seconds_total()));
+    delta.set_step_seconds_total(std::max(0.0, request.metrics().step_seconds_total() - last.step_seconds_total()));
+    delta.set_elements_total(std::max<int64_t>(0, request.metrics().elements_total() - last.elements_total()));
+    delta.set_bytes_total(std::max<int64_t>(0, request.metrics().bytes_total() - last.bytes_total()));
+    last = request.metrics();
+    service::ClientMetrics& sum = job_metrics_[job.id];
+    sum.set_wait_seconds_total(sum.wait_seconds_total() + delta.wait_seconds_total());
+    sum.set_step_seconds_total(sum.step_seconds_total() + delta.step_seconds_total());
+    sum.set_elements_total(sum.elements_total() + delta.elements_total());
+    sum.set_bytes_total(sum.bytes_total() + delta.bytes_total());
+    if (metrics_ != nullptr) metrics_->AddClientMetrics(JobLabel(job), delta);
+
+    const bool coordinated = job.spec.num_consumers() > 0;
+    if (coordinated && !job.finished) {
+      int64_t& seen = max_round_seen_[job.id];
+      seen = std::max(seen, request.current_round());
+      if (seen + kStartingRoundMargin >= job.round_watermark) {
+        Update u;
+        u.mutable_round_watermark()->set_job_id(job.id);
+        u.mutable_round_watermark()->set_round(seen + kRoundWatermarkLookahead);
+        if (absl::Status s = Commit(u); !s.ok()) return s;
+      }
+    }
+    response->set_job_id(job.id);
+    response->set_job_finished(job.finished);
+    // The same selection the client applies (dataplane/client/task_selection.h), so that a client
+    // never waits for a task it would not read.
+    std::vector<const DispatcherState::Task*> all, local;
+    for (int64_t t : job.tasks) {
+      const DispatcherState::Task* task = state_.FindTask(t);
+      all.push_back(task);
+      if (SameHost(client->client_host, state_.FindWorker(task->worker_address)->host)) local.push_back(task);
+    }
+    const std::vector<const DispatcherState::Task*>* chosen = &all;
+    if (!coordinated) {
+      if (client->target_workers == service::TARGET_WORKERS_LOCAL) {
+        chosen = &local;
+      } else if (client->target_workers == service::TARGET_WORKERS_AUTO && job.spec.sharding() == service::SHARDING_OFF &&
+                 !local.empty()) {
+        chosen = &local;
+      }
+    }
+    for (const DispatcherState::Task* task : *chosen) {
+      const DispatcherState::Worker* worker = state_.FindWorker(task->worker_address);
+      service::TaskInfo* info = response->add_tasks();
+      info->set_task_id(task->id);
+      info->set_job_id(task->job_id);
+      info->set_worker_address(task->worker_address);
+      info->set_worker_host(worker->host);
+      info->set_placement(worker->placement);
+      info->set_starting_round(task->starting_round);
+    }
+    sequence = LastSequenceLocked();
+  }
+  return Durable(sequence);
+}
+
+absl::Status DispatcherService::ReleaseClientLocked(int64_t job_client_id) {
+  Update u;
+  u.mutable_release_job_client()->set_job_client_id(job_client_id);
+  u.mutable_release_job_client()->set_time_ms(absl::ToUnixMillis(clock_->Now()));
+  if (absl::Status s = Commit(u); !s.ok()) return s;
+  client_seen_.erase(job_client_id);
+  client_metrics_.erase(job_client_id);  // its increments stay in the job's sum
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherService::ReleaseJobClient(const service::ReleaseJobClientRequest& request,
+                                                 service::ReleaseJobClientResponse*) {
+  int64_t sequence = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    const DispatcherState::JobClient* client = state_.FindJobClient(request.job_client_id());
+    if (client == nullptr) {
+      return absl::NotFoundError(absl::StrCat("job_client_id ", request.job_client_id(), " is not known"));
+    }
+    const int64_t job_id = client->job_id;
+    if (absl::Status s = ReleaseClientLocked(request.job_client_id()); !s.ok()) return s;
+    SLUICE_LOG(Info, "job client released")
+        .With("job_client_id", request.job_client_id())
+        .With("job_id", job_id)
+        .With("clients_left", static_cast<int64_t>(state_.FindJob(job_id)->clients.size()));
+    sequence = LastSequenceLocked();
+  }
+  return Durable(sequence);
+}
+
+// ---------------------------------------------------------------- workers
+
+absl::Status DispatcherService::RemoveWorkerLocked(const std::string& address, const std::string& reason) {
+  const DispatcherState::Worker* worker = state_.FindWorker(address);
+  std::set<int64_t> jobs;
+  for (int64_t t : worker->tasks) jobs.insert(state_.FindTask(t)->job_id);
+  const int64_t num_tasks = static_cast<int64_t>(worker->tasks.size());
+  Update u;
+  u.mutable_remove_worker()->set_worker_address(address);
+  u.mutable_remove_worker()->set_reason(reason);
+  if (absl::Status s = Commit(u); !s.ok()) return s;
+  worker_seen_.erase(address);
+  worker_listed_tasks_.erase(address);
+  worker_stats_.erase(address);
+  if (metrics_ != nullptr) metrics_->AddWorkerRemoval(reason);
+  SLUICE_LOG(Warning, "worker removed").With("worker_address", address).With("reason", reason).With("tasks", num_tasks);
+  for (int64_t job_id : jobs) {
+    if (absl::Status s = FinishJobIfDoneLocked(job_id); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherService::FinishJobIfDoneLocked(int64_t job_id) {
+  const DispatcherState::Job* job = state_.FindJob(job_id);
+  if (job == nullptr || job->finished || job->tasks.empty()) return absl::OkStatus();
+  for (int64_t t : job->tasks) {
+    if (!state_.FindTask(t)->finished) return absl::OkStatus();
+  }
+  Update u;
+  u.mutable_finish_job()->set_job_id(job_id);
+  u.mutable_finish_job()->set_reason("all tasks finished");
+  if (absl::Status s = Commit(u); !s.ok()) return s;
+  SLUICE_LOG(Info, "job finished").With("job_id", job_id).With("reason", "all tasks finished");
+  return absl::OkStatus();
+}
+
+void DispatcherService::FillTaskDefLocked(const DispatcherState::Task& task, service::TaskDef* def) const {
+  const DispatcherState::Job& job = *state_.FindJob(task.job_id);
+  const DispatcherState::Dataset& dataset = *state_.FindDataset(job.spec.dataset_id());
+  def->set_task_id(task.id);
+  def->set_job_id(job.id);
+  def->set_dataset_id(dataset.id);
+  *def->mutable_pipeline() = dataset.pipeline;
+  def->set_sharding(job.spec.sharding());
+  def->set_worker_index(task.worker_index);
+  def->set_num_workers(task.num_workers);
+  def->set_num_consumers(job.spec.num_consumers());
+  def->set_cross_job_sharing(job.spec.cross_job_sharing());
+  def->set_num_epochs(job.spec.num_epochs());
+  def->set_starting_round(task.starting_round);
+  def->set_compression(job.spec.compression());
+}
+
+absl::Status DispatcherService::WorkerHeartbeat(const service::WorkerHeartbeatRequest& request,
+                                                service::WorkerHeartbeatResponse* response) {
+  const std::string& address = request.worker_address();
+  if (address.empty()) return absl::InvalidArgumentError("worker_address is empty (expected host:port)");
+  if (!service::Placement_IsValid(request.placement())) {
+    return absl::InvalidArgumentError(absl::StrCat("placement ", request.placement(), " is not a Placement"));
+  }
+  std::set<int64_t> listed;
+  for (int i = 0; i < request.tasks_size(); ++i) {
+    if (!listed.insert(request.tasks(i).task_id()).second) {
+      return absl::InvalidArgumentError(absl::StrCat("tasks[", i, "].task_id ", request.tasks(i).task_id(), " is listed twice"));
+    }
+  }
+  int64_t sequence = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = clock_->Now();
+    const DispatcherState::Worker* worker = state_.FindWorker(address);
+    if (worker != nullptr) {
+      // A worker that stops listing a live task it listed before lost it: the process restarted
+      // under the same address. Start over, so its unstarted splits return to the queue.
+      for (int64_t t : worker_listed_tasks_[address]) {
+        if (worker->tasks.count(t) && !listed.count(t)) {
+          if (absl::Status s = RemoveWorkerLocked(address, "restarted"); !s.ok()) return s;
+          worker = nullptr;
+          break;
+        }
+      }
+    }
+    if (worker == nullptr) {
+      Update u;
+      auto* r = u.mutable_register_worker();
+      r->set_worker_address(address);
+      r->set_worker_host(request.worker_host().empty() ? HostOf(address) : request.worker_host());
+      r->set_placement(request.placement());
+      if (absl::Status s = Commit(u); !s.ok()) return s;
+      SLUICE_LOG(Info, "worker registered")
+          .With("worker_address", address)
+          .With("worker_host", r->worker_host())
+          .With("placement", service::Placement_Name(request.placement()))
+          .With("draining", request.draining());
+      if (!request.draining()) {
+        if (absl::Status s = CreateTasksForWorkerLocked(address); !s.ok()) return s;
+      }
+      worker = state_.FindWorker(address);
+    }
+    if (request.draining() && !worker->draining) {
+      Update u;
+      u.mutable_drain_worker()->set_worker_address(address);
+      if (absl::Status s = Commit(u); !s.ok()) return s;
+      SLUICE_LOG(Info, "worker draining").With("worker_address", address);
+    }
+    // Progress of the tasks the worker holds.
+    std::set<int64_t> finished_jobs_to_check;
+    for (const service::TaskProgress& progress : request.tasks()) {
+      const DispatcherState::Task* task = state_.FindTask(progress.task_id());
+      if (task == nullptr || task->worker_address != address) {
+        response->add_tasks_to_delete(progress.task_id());  // finished job, removed task, or not this worker's
+        continue;
+      }
+      const DispatcherState::Job& job = *state_.FindJob(task->job_id);
+      if (progress.started_split_indices_size() > 0 && job.splits && !task->finished) {
+        std::vector<uint64_t> unstarted = state_.UnstartedSplitsOf(job, task->id);
+        Update u;
+        auto* s = u.mutable_start_splits();
+        s->set_job_id(job.id);
+        s->set_task_id(task->id);
+        s->set_epoch(job.splits->epoch);
+        std::set<uint64_t> seen;
+        for (uint64_t index : progress.started_split_indices()) {
+          if (std::binary_search(unstarted.begin(), unstarted.end(), index) && seen.insert(index).second) {
+            s->add_split_indices(index);
+          }
+        }
+        if (s->split_indices_size() > 0) {
+          if (absl::Status st = Commit(u); !st.ok()) return st;
+        }
+      }
+      if (progress.finished() && !task->finished) {
+        Update u;
+        u.mutable_finish_task()->set_task_id(task->id);
+        if (absl::Status s = Commit(u); !s.ok()) return s;
+        finished_jobs_to_check.insert(job.id);
+      }
+    }
+    for (int64_t job_id : finished_jobs_to_check) {
+      if (absl::Status s = FinishJobIfDoneLocked(job_id); !s.ok()) return s;
+    }
+    // Tasks the worker does not hold yet.
+    worker = state_.FindWorker(address);
+    std::set<int64_t>& known = worker_listed_tasks_[address];
+    known.clear();
+    for (int64_t t : worker->tasks) {
+      if (listed.count(t)) {
+        known.insert(t);
+      } else {
+        FillTaskDefLocked(*state_.FindTask(t), response->add_new_tasks());
+      }
+    }
+    worker_seen_[address] = now;
+    worker_stats_[address] = request.stats();
+    response->set_heartbeat_interval_ms(ToMillis(options_.heartbeat_interval));
+    sequence = LastSequenceLocked();
+  }
+  return Durable(sequence);
+}
+
+absl::Status DispatcherService::GetSplits(const service::GetSplitsRequest& request, service::GetSplitsResponse* response) {
+  if (request.max_splits() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("max_splits is ", request.max_splits(), "; must be >= 0"));
+  }
+  if (request.epoch() < 0) return absl::InvalidArgumentError(absl::StrCat("epoch is ", request.epoch(), "; must be >= 0"));
+  const int max_splits = std::min(request.max_splits(), options_.max_splits_per_request);
+  int64_t sequence = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    const DispatcherState::Task* task = state_.FindTask(request.task_id());
+    if (task == nullptr) return absl::NotFoundError(absl::StrCat("task_id ", request.task_id(), " is not known"));
+    if (!request.worker_address().empty() && request.worker_address() != task->worker_address) {
+      return absl::FailedPreconditionError(absl::StrCat("task_id ", task->id, " belongs to worker '", task->worker_address,
+                                                        "', not '", request.worker_address(), "'"));
+    }
+    const DispatcherState::Job* job = state_.FindJob(task->job_id);
+    if (job->spec.sharding() != service::SHARDING_DYNAMIC) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", job->id, " uses sharding ", ShortName(service::ShardingPolicy_Name(job->spec.sharding()), "SHARDING_"),
+          "; GetSplits serves SHARDING_DYNAMIC jobs only"));
+    }
+    const DispatcherState::Dataset& dataset = *state_.FindDataset(job->spec.dataset_id());
+    for (int i = 0; i < request.started_split_indices_size(); ++i) {
+      if (request.started_split_indices(i) >= dataset.splits.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("started_split_indices[", i, "] is ", request.started_split_indices(i),
+                                                       "; dataset ", dataset.id, " has ", dataset.splits.size(), " splits"));
+      }
+    }
+    worker_seen_[task->worker_address] = clock_->Now();  // a GetSplits proves the worker alive too
+    const int64_t task_id = task->id;
+    const int64_t job_id = job->id;
+    const int64_t requested_epoch = request.epoch();
+    response->set_epoch(requested_epoch);
+    auto splits_state = [&]() -> const DispatcherState::SplitState* {
+      const DispatcherState::Job* j = state_.FindJob(job_id);
+      return j->finished ? nullptr : (j->splits ? &*j->splits : nullptr);
+    };
+    auto task_done = [&]() { return state_.FindTask(task_id) == nullptr || state_.FindTask(task_id)->finished; };
+    const DispatcherState::SplitState* s = splits_state();
+    if (s == nullptr || task_done()) {
+      response->set_end_of_splits(true);
+      return Durable(LastSequenceLocked());
+    }
+    // Acknowledgements of splits this task started in the current epoch.
+    if (requested_epoch == s->epoch && request.started_split_indices_size() > 0) {
+      std::vector<uint64_t> unstarted = state_.UnstartedSplitsOf(*state_.FindJob(job_id), task_id);
+      Update u;
+      auto* start = u.mutable_start_splits();
+      start->set_job_id(job_id);
+      start->set_task_id(task_id);
+      start->set_epoch(s->epoch);
+      std::set<uint64_t> seen;
+      for (uint64_t index : request.started_split_indices()) {
+        if (std::binary_search(unstarted.begin(), unstarted.end(), index) && seen.insert(index).second) {
+          start->add_split_indices(index);
+        }
+      }
+      if (start->split_indices_size() > 0) {
+        if (absl::Status st = Commit(u); !st.ok()) return st;
+      }
+    }
+    auto all_started = [&]() { return s->queue.empty() && s->assigned.empty(); };
+    auto reach_end = [&]() -> absl::Status {
+      if (s->tasks_at_epoch_end.count(task_id)) return absl::OkStatus();
+      Update u;
+      u.mutable_task_epoch_end()->set_job_id(job_id);
+      u.mutable_task_epoch_end()->set_task_id(task_id);
+      u.mutable_task_epoch_end()->set_epoch(s->epoch);
+      return Commit(u);
+    };
+    if (requested_epoch > s->epoch + 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("epoch ", requested_epoch, " is ahead of job ", job_id, "'s epoch ", s->epoch));
+    }
+    if (!s->exhausted && requested_epoch == s->epoch + 1) {
+      // The worker finished the current epoch and moved on: it reached the end.
+      if (!all_started()) {
+        return absl::FailedPreconditionError(absl::StrCat("epoch ", requested_epoch, " requested, but job ", job_id,
+                                                          "'s epoch ", s->epoch, " still has splits not started"));
+      }
+      if (absl::Status st = reach_end(); !st.ok()) return st;
+      s = splits_state();  // may have moved to the next epoch
+    }
+    if (s->exhausted || requested_epoch < s->epoch) {
+      response->set_end_of_splits(true);  // that epoch is over
+    } else if (requested_epoch == s->epoch) {
+      const bool draining = state_.FindWorker(state_.FindTask(task_id)->worker_address)->draining;
+      if (!s->queue.empty()) {
+        if (max_splits > 0 && !draining) {
+          Update u;
+          auto* a = u.mutable_assign_splits();
+          a->set_job_id(job_id);
+          a->set_task_id(task_id);
+          a->set_epoch(s->epoch);
+          const size_t n = std::min(static_cast<size_t>(max_splits), s->queue.size());
+          for (size_t i = 0; i < n; ++i) {
+            a->add_split_indices(s->queue[i]);
+            *response->add_splits() = dataset.splits[s->queue[i]];
+          }
+          if (absl::Status st = Commit(u); !st.ok()) return st;
+          if (metrics_ != nullptr) metrics_->AddSplitsServed(JobLabel(*state_.FindJob(job_id)), static_cast<int64_t>(n));
+        }
+        // else: nothing new now; the worker asks again.
+      } else if (all_started()) {
+        response->set_end_of_splits(true);
+        if (absl::Status st = reach_end(); !st.ok()) return st;
+      }
+      // else: other tasks hold unstarted splits that may come back; the worker asks again.
+    }
+    // else (requested == epoch + 1, the epoch has not moved yet): wait for the other tasks.
+    sequence = LastSequenceLocked();
+  }
+  return Durable(sequence);
+}
+
+absl::Status DispatcherService::WorkerDeregister(const service::WorkerDeregisterRequest& request,
+                                                 service::WorkerDeregisterResponse*) {
+  int64_t sequence = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_.FindWorker(request.worker_address()) == nullptr) {
+      return absl::NotFoundError(absl::StrCat("worker_address '", request.worker_address(), "' is not known"));
+    }
+    if (absl::Status s = RemoveWorkerLocked(request.worker_address(), "deregistered"); !s.ok()) return s;
+    sequence = LastSequenceLocked();
+  }
+  return Durable(sequence);
+}
+
+absl::Status DispatcherService::DrainWorkers(const service::DrainWorkersRequest& request,
+                                             service::DrainWorkersResponse* response) {
+  for (int i = 0; i < request.worker_addresses_size(); ++i) {
+    if (request.worker_addresses(i).empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("worker_addresses[", i, "] is empty"));
+    }
+  }
+  int64_t sequence = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::string> targets(request.worker_addresses().begin(), request.worker_addresses().end());
+    if (targets.empty()) {
+      for (const auto& [address, w] : state_.workers()) targets.push_back(address);
+    }
+    std::set<std::string> done;
+    for (const auto& address : targets) {
+      const DispatcherState::Worker* worker = state_.FindWorker(address);
+      if (worker == nullptr || done.count(address)) continue;  // already gone: nothing to drain
+      if (!worker->draining) {
+        Update u;
+        u.mutable_drain_worker()->set_worker_address(address);
+        if (absl::Status s = Commit(u); !s.ok()) return s;
+        SLUICE_LOG(Info, "worker draining (requested)").With("worker_address", address);
+      }
+      done.insert(address);
+      response->add_drained(address);
+    }
+    sequence = LastSequenceLocked();
+  }
+  return Durable(sequence);
+}
+
+absl::Status DispatcherService::GetState(const service::GetStateRequest&, service::GetStateResponse* response) {
+  int64_t sequence = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = clock_->Now();
+    for (const auto& [address, w] : state_.workers()) {
+      service::WorkerInfo* info = response->add_workers();
+      info->set_address(address);
+      info->set_host(w.host);
+      info->set_placement(w.placement);
+      auto seen = worker_seen_.find(address);
+      info->set_last_heartbeat_ms_ago(seen == worker_seen_.end() ? -1 : ToMillis(now - seen->second));
+      for (int64_t t : w.tasks) info->add_task_ids(t);
+      info->set_draining(w.draining);
+    }
+    for (const auto& [id, job] : state_.jobs()) {
+      service::JobInfo* info = response->add_jobs();
+      info->set_job_id(id);
+      *info->mutable_spec() = job.spec;
+      info->set_finished(job.finished);
+      info->set_num_clients(static_cast<int64_t>(job.clients.size()));
+      info->set_splits_served(job.splits_served);
+      info->set_splits_total(static_cast<int64_t>(state_.FindDataset(job.spec.dataset_id())->splits.size()));
+      if (auto m = job_metrics_.find(id); m != job_metrics_.end()) *info->mutable_metrics() = m->second;
+    }
+    sequence = LastSequenceLocked();
+  }
+  return Durable(sequence);
+}
+
+// ---------------------------------------------------------------- periodic work
+
+void DispatcherService::Tick() {
+  int64_t sequence = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = clock_->Now();
+    std::vector<std::string> dead;
+    for (const auto& [address, seen] : worker_seen_) {
+      if (now - seen > options_.worker_timeout) dead.push_back(address);
+    }
+    for (const auto& address : dead) {
+      if (state_.FindWorker(address) == nullptr) {
+        worker_seen_.erase(address);
+        continue;
+      }
+      if (absl::Status s = RemoveWorkerLocked(address, "heartbeat timeout"); !s.ok()) {
+        SLUICE_LOG(Error, "cannot remove worker").With("worker_address", address).With("error", s.ToString());
+      }
+    }
+    std::vector<int64_t> silent;
+    for (const auto& [id, seen] : client_seen_) {
+      if (now - seen > options_.client_timeout) silent.push_back(id);
+    }
+    for (int64_t id : silent) {
+      if (state_.FindJobClient(id) == nullptr) {
+        client_seen_.erase(id);
+        continue;
+      }
+      SLUICE_LOG(Warning, "job client timed out; releasing it").With("job_client_id", id);
+      if (absl::Status s = ReleaseClientLocked(id); !s.ok()) {
+        SLUICE_LOG(Error, "cannot release client").With("job_client_id", id).With("error", s.ToString());
+      }
+    }
+    const int64_t now_ms = absl::ToUnixMillis(now);
+    std::vector<int64_t> abandoned;
+    for (const auto& [id, job] : state_.jobs()) {
+      if (!job.finished && job.clients.empty() && now_ms - job.last_client_release_ms >= ToMillis(options_.job_gc_grace)) {
+        abandoned.push_back(id);
+      }
+    }
+    for (int64_t id : abandoned) {
+      Update u;
+      u.mutable_finish_job()->set_job_id(id);
+      u.mutable_finish_job()->set_reason("no clients");
+      if (absl::Status s = Commit(u); !s.ok()) {
+        SLUICE_LOG(Error, "cannot finish job").With("job_id", id).With("error", s.ToString());
+        continue;
+      }
+      SLUICE_LOG(Info, "job finished").With("job_id", id).With("reason", "no clients");
+    }
+    UpdateGaugesLocked();
+    sequence = LastSequenceLocked();
+  }
+  if (absl::Status s = Durable(sequence); !s.ok()) SLUICE_LOG(Error, "journal").With("error", s.ToString());
+  if (absl::Status s = MaybeCompact(); !s.ok()) SLUICE_LOG(Error, "journal compaction failed").With("error", s.ToString());
+}
+
+absl::Status DispatcherService::MaybeCompact(bool force) {
+  if (journal_ == nullptr) return absl::OkStatus();
+  service::Snapshot snapshot;
+  {
+    absl::MutexLock lock(&mu_);
+    if (compacting_) return absl::OkStatus();
+    const bool due = options_.snapshot_every > 0 && updates_since_snapshot_ >= options_.snapshot_every;
+    if (!force && !due) return absl::OkStatus();
+    // The cut: the state now equals the journal up to last_appended; the next record opens a new segment.
+    snapshot.set_last_update_sequence(journal_->last_appended());
+    for (auto& u : state_.ToSnapshotUpdates()) *snapshot.add_updates() = std::move(u);
+    journal_->StartNewSegment();
+    compacting_ = true;
+    updates_since_snapshot_ = 0;
+  }
+  absl::Status s = journal_->WriteSnapshot(snapshot);  // disk I/O without the lock
+  {
+    absl::MutexLock lock(&mu_);
+    compacting_ = false;
+    if (!s.ok()) {
+      updates_since_snapshot_ += options_.snapshot_every;  // try again next time
+      return s;
+    }
+    UpdateGaugesLocked();
+  }
+  if (metrics_ != nullptr) metrics_->AddSnapshot();
+  SLUICE_LOG(Info, "journal snapshot written")
+      .With("sequence", snapshot.last_update_sequence())
+      .With("updates", static_cast<int64_t>(snapshot.updates_size()))
+      .With("journal_bytes", journal_->bytes());
+  return absl::OkStatus();
+}
+
+std::string DispatcherService::StateDebugString() const {
+  absl::MutexLock lock(&mu_);
+  return state_.DebugString();
+}
+
+int64_t DispatcherService::updates_since_snapshot() const {
+  absl::MutexLock lock(&mu_);
+  return updates_since_snapshot_;
+}
+
+}  // namespace sluice::dispatcher

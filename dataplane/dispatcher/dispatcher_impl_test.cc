@@ -1,0 +1,707 @@
+#include "dataplane/dispatcher/dispatcher_impl.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "dataplane/dispatcher/dispatcher_test_util.h"
+#include "common/log.h"
+#include "prometheus/text_serializer.h"
+#include "testing/test_util.h"
+
+namespace sluice::dispatcher {
+namespace {
+
+using sluice::testing::TempDir;
+using testing::RangePipeline;
+using testing::ServiceHarness;
+
+const bool kQuiet = [] {
+  log::SetMinLevel(log::Level::kWarning);
+  return true;
+}();
+
+bool Contains(const absl::Status& s, const std::string& text) {
+  return std::string(s.message()).find(text) != std::string::npos;
+}
+
+// A thin driver that plays clients and workers against a DispatcherService.
+struct Driver {
+  DispatcherService& svc;
+
+  std::string Register(const pipeline::PipelineDef& def, int64_t* num_splits = nullptr) {
+    service::RegisterDatasetRequest req;
+    *req.mutable_pipeline() = def;
+    service::RegisterDatasetResponse resp;
+    absl::Status s = svc.RegisterDataset(req, &resp);
+    INFO(s.ToString());
+    REQUIRE(s.ok());
+    if (num_splits) *num_splits = resp.num_splits();
+    return resp.dataset_id();
+  }
+  absl::Status Job(const std::string& dataset, service::ShardingPolicy sharding, const std::string& name,
+                   service::GetOrCreateJobResponse* resp, int64_t num_epochs = 1,
+                   service::TargetWorkers target = service::TARGET_WORKERS_ANY, const std::string& host = "hostC",
+                   int32_t num_consumers = 0) {
+    service::GetOrCreateJobRequest req;
+    req.mutable_spec()->set_dataset_id(dataset);
+    req.mutable_spec()->set_sharding(sharding);
+    req.mutable_spec()->set_job_name(name);
+    req.mutable_spec()->set_num_epochs(num_epochs);
+    req.mutable_spec()->set_target_workers(target);
+    req.mutable_spec()->set_num_consumers(num_consumers);
+    req.set_client_host(host);
+    return svc.GetOrCreateJob(req, resp);
+  }
+  service::GetOrCreateJobResponse MustJob(const std::string& dataset, service::ShardingPolicy sharding,
+                                          const std::string& name = "", int64_t num_epochs = 1) {
+    service::GetOrCreateJobResponse resp;
+    absl::Status s = Job(dataset, sharding, name, &resp, num_epochs);
+    INFO(s.ToString());
+    REQUIRE(s.ok());
+    return resp;
+  }
+  // Heartbeat listing `tasks` (task id -> finished) and started splits per task.
+  service::WorkerHeartbeatResponse Heartbeat(const std::string& address, std::vector<int64_t> tasks = {},
+                                             bool draining = false, std::set<int64_t> finished = {},
+                                             std::map<int64_t, std::vector<uint64_t>> started = {}) {
+    service::WorkerHeartbeatRequest req;
+    req.set_worker_address(address);
+    req.set_worker_host(address.substr(0, address.find(':')));
+    req.set_placement(service::PLACEMENT_REMOTE);
+    req.set_draining(draining);
+    for (int64_t t : tasks) {
+      auto* p = req.add_tasks();
+      p->set_task_id(t);
+      p->set_finished(finished.count(t) > 0);
+      for (uint64_t i : started[t]) p->add_started_split_indices(i);
+    }
+    service::WorkerHeartbeatResponse resp;
+    absl::Status s = svc.WorkerHeartbeat(req, &resp);
+    INFO(s.ToString());
+    REQUIRE(s.ok());
+    return resp;
+  }
+  // Registers the worker and returns its task for `job_id` (0 if none).
+  int64_t TaskOf(const std::string& address, int64_t job_id) {
+    auto resp = Heartbeat(address);
+    for (const auto& t : resp.new_tasks()) {
+      if (t.job_id() == job_id) return t.task_id();
+    }
+    return 0;
+  }
+  absl::Status Splits(int64_t task, int max, std::vector<uint64_t> started, int64_t epoch,
+                      service::GetSplitsResponse* resp, const std::string& worker = "") {
+    service::GetSplitsRequest req;
+    req.set_task_id(task);
+    req.set_worker_address(worker);
+    req.set_max_splits(max);
+    req.set_epoch(epoch);
+    for (auto i : started) req.add_started_split_indices(i);
+    return svc.GetSplits(req, resp);
+  }
+  service::GetSplitsResponse MustSplits(int64_t task, int max, std::vector<uint64_t> started = {}, int64_t epoch = 0) {
+    service::GetSplitsResponse resp;
+    absl::Status s = Splits(task, max, std::move(started), epoch, &resp);
+    INFO(s.ToString());
+    REQUIRE(s.ok());
+    return resp;
+  }
+  service::ClientHeartbeatResponse Client(int64_t client, int64_t round = 0, service::ClientMetrics metrics = {}) {
+    service::ClientHeartbeatRequest req;
+    req.set_job_client_id(client);
+    req.set_current_round(round);
+    *req.mutable_metrics() = metrics;
+    service::ClientHeartbeatResponse resp;
+    absl::Status s = svc.ClientHeartbeat(req, &resp);
+    INFO(s.ToString());
+    REQUIRE(s.ok());
+    return resp;
+  }
+  service::GetStateResponse State() {
+    service::GetStateResponse resp;
+    REQUIRE(svc.GetState({}, &resp).ok());
+    return resp;
+  }
+  service::JobInfo JobInfo(int64_t job_id) {
+    const service::GetStateResponse state = State();
+    for (const auto& j : state.jobs()) {
+      if (j.job_id() == job_id) return j;
+    }
+    FAIL("job " << job_id << " is not in GetState");
+    return {};
+  }
+};
+
+std::vector<uint64_t> Indices(const service::GetSplitsResponse& r) {
+  std::vector<uint64_t> out;
+  for (const auto& s : r.splits()) out.push_back(s.index());
+  return out;
+}
+
+double MetricValue(prometheus::Registry& registry, const std::string& name, const std::string& label_value = "") {
+  double total = 0;
+  for (const auto& family : registry.Collect()) {
+    if (family.name != name) continue;
+    for (const auto& m : family.metric) {
+      bool match = label_value.empty();
+      for (const auto& l : m.label) match |= l.value == label_value;
+      if (!match) continue;
+      total += family.type == prometheus::MetricType::Counter ? m.counter.value : m.gauge.value;
+    }
+  }
+  return total;
+}
+
+TEST_CASE("RegisterDataset: same pipeline, same id; bad pipelines are named") {
+  ServiceHarness h("");
+  Driver d{h.service()};
+  int64_t n = 0;
+  const std::string id = d.Register(RangePipeline(100, 10), &n);
+  CHECK(n == 10);
+  CHECK(!id.empty());
+  pipeline::PipelineDef renamed = RangePipeline(100, 10);
+  renamed.set_name("another label");
+  CHECK(d.Register(renamed) == id);
+  CHECK(d.Register(RangePipeline(100, 20)) != id);
+
+  service::RegisterDatasetResponse resp;
+  service::RegisterDatasetRequest empty;
+  absl::Status s = h.service().RegisterDataset(empty, &resp);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Contains(s, "pipeline is empty"));
+
+  service::RegisterDatasetRequest unknown_op;
+  *unknown_op.mutable_pipeline() = RangePipeline(10, 5);
+  unknown_op.mutable_pipeline()->add_steps()->set_kind("frobnicate");
+  s = h.service().RegisterDataset(unknown_op, &resp);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Contains(s, "unknown step 'frobnicate'"));
+
+  service::RegisterDatasetRequest unknown_source;
+  unknown_source.mutable_pipeline()->mutable_source()->set_kind("nope");
+  s = h.service().RegisterDataset(unknown_source, &resp);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Contains(s, "unknown source 'nope'"));
+
+  service::RegisterDatasetRequest missing_files;
+  missing_files.mutable_pipeline()->mutable_source()->set_kind("jsonl");
+  auto* arg = missing_files.mutable_pipeline()->mutable_source()->mutable_args()->add_entries();
+  arg->set_name("files");
+  arg->mutable_value()->set_string_value("/nonexistent/sluice/*.jsonl");
+  s = h.service().RegisterDataset(missing_files, &resp);
+  INFO(s.ToString());
+  CHECK(!s.ok());
+  CHECK(Contains(s, "/nonexistent/sluice/*.jsonl"));
+}
+
+TEST_CASE("GetOrCreateJob: sharing by name, parameter mismatches, anonymous jobs, validation") {
+  ServiceHarness h("");
+  Driver d{h.service()};
+  const std::string ds = d.Register(RangePipeline(100, 10));
+  d.Heartbeat("w1:1");
+  auto a = d.MustJob(ds, service::SHARDING_DYNAMIC, "train");
+  auto b = d.MustJob(ds, service::SHARDING_DYNAMIC, "train");
+  CHECK(a.job_id() == b.job_id());
+  CHECK(a.job_client_id() != b.job_client_id());
+  auto anon1 = d.MustJob(ds, service::SHARDING_DYNAMIC);
+  auto anon2 = d.MustJob(ds, service::SHARDING_DYNAMIC);
+  CHECK(anon1.job_id() != anon2.job_id());
+  CHECK(anon1.job_id() != a.job_id());
+
+  service::GetOrCreateJobResponse resp;
+  absl::Status s = d.Job(ds, service::SHARDING_OFF, "train", &resp);
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(s.message() == "job 'train' exists with sharding DYNAMIC, request has OFF");
+  s = d.Job(ds, service::SHARDING_DYNAMIC, "train", &resp, 3);
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(s.message() == "job 'train' exists with num_epochs 1, request has 3");
+  // 0 epochs means 1: not a mismatch.
+  CHECK(d.Job(ds, service::SHARDING_DYNAMIC, "train", &resp, 0).ok());
+  // target_workers belongs to each client, so it may differ.
+  CHECK(d.Job(ds, service::SHARDING_DYNAMIC, "train", &resp, 1, service::TARGET_WORKERS_LOCAL).ok());
+
+  s = d.Job("no-such-dataset", service::SHARDING_OFF, "", &resp);
+  CHECK(s.code() == absl::StatusCode::kNotFound);
+  CHECK(Contains(s, "spec.dataset_id 'no-such-dataset' is not known"));
+  s = d.Job("", service::SHARDING_OFF, "", &resp);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  s = d.Job(ds, static_cast<service::ShardingPolicy>(42), "", &resp);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Contains(s, "spec.sharding 42"));
+  s = d.Job(ds, service::SHARDING_OFF, "", &resp, -7);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Contains(s, "spec.num_epochs is -7"));
+  s = d.Job(ds, service::SHARDING_OFF, "", &resp, 1, service::TARGET_WORKERS_ANY, "h", -1);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Contains(s, "spec.num_consumers is -1"));
+  s = d.Job(ds, service::SHARDING_DYNAMIC, "", &resp, 1, service::TARGET_WORKERS_ANY, "h", 2);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Contains(s, "coordinated reads"));
+  service::GetOrCreateJobRequest sharing;
+  sharing.mutable_spec()->set_dataset_id(ds);
+  sharing.mutable_spec()->set_sharding(service::SHARDING_DYNAMIC);
+  sharing.mutable_spec()->set_cross_job_sharing(true);
+  s = h.service().GetOrCreateJob(sharing, &resp);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Contains(s, "cross_job_sharing"));
+}
+
+TEST_CASE("static sharding fixes the workers at job creation") {
+  ServiceHarness h("");
+  Driver d{h.service()};
+  const std::string ds = d.Register(RangePipeline(100, 10));
+  service::GetOrCreateJobResponse resp;
+  absl::Status s = d.Job(ds, service::SHARDING_FILE, "", &resp);
+  CHECK(s.code() == absl::StatusCode::kUnavailable);
+  CHECK(Contains(s, "no workers are registered yet"));
+  d.Heartbeat("w1:1");
+  d.Heartbeat("w2:1");
+  auto job = d.MustJob(ds, service::SHARDING_FILE);
+  std::map<int32_t, std::string> index_to_worker;
+  for (const std::string w : {"w1:1", "w2:1"}) {
+    auto hb = d.Heartbeat(w);
+    REQUIRE(hb.new_tasks_size() == 1);
+    CHECK(hb.new_tasks(0).num_workers() == 2);
+    CHECK(hb.new_tasks(0).sharding() == service::SHARDING_FILE);
+    index_to_worker[hb.new_tasks(0).worker_index()] = w;
+  }
+  CHECK(index_to_worker == std::map<int32_t, std::string>{{0, "w1:1"}, {1, "w2:1"}});
+  CHECK(d.Heartbeat("w3:1").new_tasks_size() == 0);  // joined later: no shard
+  // A static worker that comes back under the same address gets its shard again.
+  service::WorkerDeregisterResponse dr;
+  service::WorkerDeregisterRequest dreq;
+  dreq.set_worker_address("w2:1");
+  REQUIRE(h.service().WorkerDeregister(dreq, &dr).ok());
+  auto back = d.Heartbeat("w2:1");
+  REQUIRE(back.new_tasks_size() == 1);
+  CHECK(back.new_tasks(0).worker_index() == 1);
+  CHECK(back.new_tasks(0).job_id() == job.job_id());
+}
+
+TEST_CASE("WorkerHeartbeat: registration, task definitions, deletions, malformed requests") {
+  DispatcherOptions options;
+  options.heartbeat_interval = absl::Milliseconds(250);
+  ServiceHarness h("", options);
+  Driver d{h.service()};
+  const std::string ds = d.Register(RangePipeline(100, 10));
+  auto job = d.MustJob(ds, service::SHARDING_DYNAMIC, "train", 4);
+  auto first = d.Heartbeat("w1:1");
+  CHECK(first.heartbeat_interval_ms() == 250);
+  REQUIRE(first.new_tasks_size() == 1);
+  const service::TaskDef& def = first.new_tasks(0);
+  CHECK(def.job_id() == job.job_id());
+  CHECK(def.dataset_id() == ds);
+  CHECK(def.sharding() == service::SHARDING_DYNAMIC);
+  CHECK(def.num_epochs() == 4);
+  CHECK(def.pipeline().source().kind() == "range");
+  // Listed: not sent again. Unknown ids: deleted.
+  auto second = d.Heartbeat("w1:1", {def.task_id(), 999});
+  CHECK(second.new_tasks_size() == 0);
+  CHECK(std::vector<int64_t>(second.tasks_to_delete().begin(), second.tasks_to_delete().end()) ==
+        std::vector<int64_t>{999});
+  // Another worker cannot report this task.
+  auto other = d.Heartbeat("w2:1", {def.task_id()});
+  CHECK(std::vector<int64_t>(other.tasks_to_delete().begin(), other.tasks_to_delete().end()) ==
+        std::vector<int64_t>{def.task_id()});
+
+  service::WorkerHeartbeatResponse resp;
+  service::WorkerHeartbeatRequest bad;
+  absl::Status s = h.service().WorkerHeartbeat(bad, &resp);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Contains(s, "worker_address is empty"));
+  bad.set_worker_address("w9:1");
+  bad.set_placement(static_cast<service::Placement>(77));
+  s = h.service().WorkerHeartbeat(bad, &resp);
+  CHECK(Contains(s, "placement 77"));
+  bad.set_placement(service::PLACEMENT_LOCAL);
+  bad.add_tasks()->set_task_id(5);
+  bad.add_tasks()->set_task_id(5);
+  s = h.service().WorkerHeartbeat(bad, &resp);
+  CHECK(Contains(s, "tasks[1].task_id 5 is listed twice"));
+  // The host defaults to the address's host part.
+  service::WorkerHeartbeatRequest no_host;
+  no_host.set_worker_address("10.1.2.3:7000");
+  REQUIRE(h.service().WorkerHeartbeat(no_host, &resp).ok());
+  bool found = false;
+  const auto state = d.State();
+  for (const auto& w : state.workers()) {
+    if (w.address() == "10.1.2.3:7000") found = w.host() == "10.1.2.3";
+  }
+  CHECK(found);
+}
+
+TEST_CASE("ClientHeartbeat: tasks by target_workers and sharding, metrics, malformed requests") {
+  ServiceHarness h("");
+  Driver d{h.service()};
+  const std::string ds = d.Register(RangePipeline(100, 10));
+  d.Heartbeat("hostA:1");
+  d.Heartbeat("hostB:1");
+  auto tasks_seen = [&](service::ShardingPolicy sharding, service::TargetWorkers target, const std::string& host) {
+    service::GetOrCreateJobResponse job;
+    REQUIRE(d.Job(ds, sharding, "", &job, 1, target, host).ok());
+    std::set<std::string> workers;
+    const auto heartbeat = d.Client(job.job_client_id());
+    for (const auto& t : heartbeat.tasks()) workers.insert(t.worker_address());
+    return workers;
+  };
+  using Set = std::set<std::string>;
+  CHECK(tasks_seen(service::SHARDING_OFF, service::TARGET_WORKERS_ANY, "hostA") == Set{"hostA:1", "hostB:1"});
+  CHECK(tasks_seen(service::SHARDING_OFF, service::TARGET_WORKERS_LOCAL, "hostA") == Set{"hostA:1"});
+  CHECK(tasks_seen(service::SHARDING_OFF, service::TARGET_WORKERS_LOCAL, "hostZ") == Set{});
+  CHECK(tasks_seen(service::SHARDING_OFF, service::TARGET_WORKERS_AUTO, "hostB") == Set{"hostB:1"});
+  CHECK(tasks_seen(service::SHARDING_OFF, service::TARGET_WORKERS_AUTO, "hostZ") == Set{"hostA:1", "hostB:1"});
+  // Under dynamic sharding every task holds splits nobody else reads: AUTO reads them all.
+  CHECK(tasks_seen(service::SHARDING_DYNAMIC, service::TARGET_WORKERS_AUTO, "hostA") == Set{"hostA:1", "hostB:1"});
+
+  service::ClientHeartbeatResponse resp;
+  service::ClientHeartbeatRequest req;
+  req.set_job_client_id(17);
+  absl::Status s = h.service().ClientHeartbeat(req, &resp);
+  CHECK(s.code() == absl::StatusCode::kNotFound);
+  CHECK(s.message() == "job_client_id 17 is not known");
+  req.set_job_client_id(1);
+  req.set_current_round(-3);
+  s = h.service().ClientHeartbeat(req, &resp);
+  CHECK(Contains(s, "current_round is -3"));
+  req.set_current_round(0);
+  req.mutable_metrics()->set_wait_seconds_total(std::numeric_limits<double>::quiet_NaN());
+  s = h.service().ClientHeartbeat(req, &resp);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Contains(s, "metrics.wait_seconds_total"));
+  req.mutable_metrics()->set_wait_seconds_total(1);
+  req.mutable_metrics()->set_elements_total(-1);
+  CHECK(Contains(h.service().ClientHeartbeat(req, &resp), "metrics.elements_total is -1"));
+}
+
+TEST_CASE("client metrics are summed per job, also over released clients") {
+  ServiceHarness h("");
+  Driver d{h.service()};
+  const std::string ds = d.Register(RangePipeline(100, 10));
+  auto c1 = d.MustJob(ds, service::SHARDING_OFF, "shared");
+  auto c2 = d.MustJob(ds, service::SHARDING_OFF, "shared");
+  service::ClientMetrics m;
+  m.set_wait_seconds_total(1.5);
+  m.set_step_seconds_total(10);
+  m.set_elements_total(100);
+  m.set_bytes_total(1000);
+  d.Client(c1.job_client_id(), 0, m);
+  m.set_wait_seconds_total(2.5);  // totals: only the increase counts
+  m.set_elements_total(150);
+  d.Client(c1.job_client_id(), 0, m);
+  service::ClientMetrics m2;
+  m2.set_wait_seconds_total(4);
+  m2.set_step_seconds_total(5);
+  d.Client(c2.job_client_id(), 0, m2);
+  service::ReleaseJobClientRequest rel;
+  rel.set_job_client_id(c2.job_client_id());
+  service::ReleaseJobClientResponse rr;
+  REQUIRE(h.service().ReleaseJobClient(rel, &rr).ok());
+  const auto info = d.JobInfo(c1.job_id());
+  CHECK(info.metrics().wait_seconds_total() == Approx(6.5));
+  CHECK(info.metrics().step_seconds_total() == Approx(15));
+  CHECK(info.metrics().elements_total() == 150);
+  CHECK(info.metrics().bytes_total() == 1000);
+  CHECK(info.num_clients() == 1);
+  CHECK(MetricValue(h.registry(), "sluice_client_wait_seconds_total", "shared") == Approx(6.5));
+  CHECK(MetricValue(h.registry(), "sluice_client_elements_total", "shared") == Approx(150));
+  // Released: unknown from now on.
+  CHECK(h.service().ReleaseJobClient(rel, &rr).code() == absl::StatusCode::kNotFound);
+}
+
+TEST_CASE("GetSplits: batches, acknowledgements, end of splits, malformed requests") {
+  ServiceHarness h("");
+  Driver d{h.service()};
+  int64_t n = 0;
+  const std::string ds = d.Register(RangePipeline(100, 10), &n);
+  auto job = d.MustJob(ds, service::SHARDING_DYNAMIC, "train");
+  const int64_t t1 = d.TaskOf("w1:1", job.job_id());
+  const int64_t t2 = d.TaskOf("w2:1", job.job_id());
+  REQUIRE(t1 > 0);
+  REQUIRE(t2 > 0);
+  auto r = d.MustSplits(t1, 4);
+  CHECK(Indices(r) == std::vector<uint64_t>{0, 1, 2, 3});
+  CHECK(r.splits(1).path() == "range");
+  CHECK(r.splits(1).begin() == 10);
+  CHECK(r.splits(1).end() == 20);
+  CHECK(!r.end_of_splits());
+  CHECK(Indices(d.MustSplits(t2, 4, {})) == std::vector<uint64_t>{4, 5, 6, 7});
+  CHECK(Indices(d.MustSplits(t1, 4, {0, 1, 2, 3})) == std::vector<uint64_t>{8, 9});
+  // Queue empty, but t2 still holds unstarted splits: t1 waits (no splits, not the end).
+  r = d.MustSplits(t1, 4, {8, 9});
+  CHECK(r.splits_size() == 0);
+  CHECK(!r.end_of_splits());
+  r = d.MustSplits(t2, 4, {4, 5, 6, 7});
+  CHECK(r.end_of_splits());
+  CHECK(d.MustSplits(t1, 4).end_of_splits());
+  const auto info = d.JobInfo(job.job_id());
+  CHECK(info.splits_served() == 10);
+  CHECK(info.splits_total() == 10);
+  CHECK(MetricValue(h.registry(), "sluice_dispatcher_splits_served_total", "train") == 10);
+
+  service::GetSplitsResponse resp;
+  absl::Status s = d.Splits(999, 4, {}, 0, &resp);
+  CHECK(s.code() == absl::StatusCode::kNotFound);
+  CHECK(s.message() == "task_id 999 is not known");
+  s = d.Splits(t1, -1, {}, 0, &resp);
+  CHECK(Contains(s, "max_splits is -1"));
+  s = d.Splits(t1, 4, {}, -2, &resp);
+  CHECK(Contains(s, "epoch is -2"));
+  s = d.Splits(t1, 4, {10}, 0, &resp);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Contains(s, "started_split_indices[0] is 10"));
+  s = d.Splits(t1, 4, {}, 0, &resp, "w2:1");
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(Contains(s, "belongs to worker 'w1:1', not 'w2:1'"));
+  auto off = d.MustJob(ds, service::SHARDING_OFF);
+  const int64_t off_task = d.TaskOf("w3:1", off.job_id());
+  s = d.Splits(off_task, 4, {}, 0, &resp);
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(Contains(s, "uses sharding OFF"));
+}
+
+TEST_CASE("GetSplits: absurd max_splits is clamped, epochs ahead are refused") {
+  DispatcherOptions options;
+  options.max_splits_per_request = 16;
+  ServiceHarness h("", options);
+  Driver d{h.service()};
+  const std::string ds = d.Register(RangePipeline(1000, 1));
+  auto job = d.MustJob(ds, service::SHARDING_DYNAMIC, "", 3);
+  const int64_t t = d.TaskOf("w1:1", job.job_id());
+  CHECK(d.MustSplits(t, std::numeric_limits<int32_t>::max()).splits_size() == 16);
+  service::GetSplitsResponse resp;
+  absl::Status s = d.Splits(t, 4, {}, 2, &resp);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Contains(s, "epoch 2 is ahead of job"));
+  s = d.Splits(t, 4, {}, 1, &resp);
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(Contains(s, "still has splits not started"));
+  // max_splits 0 acknowledges without taking more.
+  auto ack = d.MustSplits(t, 0, {0, 1});
+  CHECK(ack.splits_size() == 0);
+  CHECK(!ack.end_of_splits());
+}
+
+TEST_CASE("epochs: the next one opens when every task reached the end") {
+  ServiceHarness h("");
+  Driver d{h.service()};
+  const std::string ds = d.Register(RangePipeline(40, 10));
+  auto job = d.MustJob(ds, service::SHARDING_DYNAMIC, "", 2);
+  const int64_t t1 = d.TaskOf("w1:1", job.job_id());
+  const int64_t t2 = d.TaskOf("w2:1", job.job_id());
+  std::multiset<uint64_t> handed[2];
+  auto take = [&](int64_t task, std::vector<uint64_t> started, int64_t epoch) {
+    auto r = d.MustSplits(task, 2, std::move(started), epoch);
+    for (auto i : Indices(r)) handed[epoch].insert(i);
+    return r;
+  };
+  CHECK(Indices(take(t1, {}, 0)) == std::vector<uint64_t>{0, 1});
+  CHECK(Indices(take(t2, {}, 0)) == std::vector<uint64_t>{2, 3});
+  CHECK(take(t1, {0, 1}, 0).splits_size() == 0);        // t2's splits are not started yet
+  CHECK(take(t2, {2, 3}, 0).end_of_splits());           // all started: t2 reached the end
+  auto early = take(t2, {}, 1);                          // t1 has not reached the end: wait
+  CHECK(early.splits_size() == 0);
+  CHECK(!early.end_of_splits());
+  CHECK(take(t1, {}, 0).end_of_splits());               // t1 reaches the end: epoch 1 opens
+  CHECK(Indices(take(t2, {}, 1)) == std::vector<uint64_t>{0, 1});
+  CHECK(take(t1, {}, 0).end_of_splits());               // a late ask for an old epoch: over
+  CHECK(Indices(take(t1, {}, 1)) == std::vector<uint64_t>{2, 3});
+  take(t1, {2, 3}, 1);
+  CHECK(take(t2, {0, 1}, 1).end_of_splits());
+  CHECK(take(t1, {}, 1).end_of_splits());
+  // Both reached the end of the last epoch: exhausted, whatever is asked.
+  CHECK(take(t1, {}, 2).end_of_splits());
+  CHECK(handed[0] == std::multiset<uint64_t>{0, 1, 2, 3});
+  CHECK(handed[1] == std::multiset<uint64_t>{0, 1, 2, 3});
+  // Tasks finishing finishes the job.
+  d.Heartbeat("w1:1", {t1}, false, {t1});
+  CHECK(!d.Client(job.job_client_id()).job_finished());
+  auto last = d.Heartbeat("w2:1", {t2}, false, {t2});
+  CHECK(d.Client(job.job_client_id()).job_finished());
+  CHECK(d.Client(job.job_client_id()).tasks_size() == 0);
+  CHECK(std::vector<int64_t>(last.tasks_to_delete().begin(), last.tasks_to_delete().end()) == std::vector<int64_t>{});
+  auto after = d.Heartbeat("w2:1", {t2});
+  CHECK(std::vector<int64_t>(after.tasks_to_delete().begin(), after.tasks_to_delete().end()) ==
+        std::vector<int64_t>{t2});
+}
+
+TEST_CASE("a timed-out worker's unstarted splits go to the front; started ones never come back") {
+  DispatcherOptions options;
+  options.worker_timeout = absl::Seconds(5);
+  ServiceHarness h("", options);
+  Driver d{h.service()};
+  const std::string ds = d.Register(RangePipeline(100, 10));
+  auto job = d.MustJob(ds, service::SHARDING_DYNAMIC, "train");
+  const int64_t t1 = d.TaskOf("w1:1", job.job_id());
+  const int64_t t2 = d.TaskOf("w2:1", job.job_id());
+  std::multiset<uint64_t> handed;
+  auto take = [&](int64_t task, int max, std::vector<uint64_t> started) {
+    auto r = d.MustSplits(task, max, std::move(started));
+    for (auto i : Indices(r)) handed.insert(i);
+    return Indices(r);
+  };
+  CHECK(take(t1, 4, {}) == std::vector<uint64_t>{0, 1, 2, 3});
+  CHECK(take(t2, 2, {}) == std::vector<uint64_t>{4, 5});
+  // w1 acknowledges 0 and 1 through its heartbeat, then goes silent.
+  d.Heartbeat("w1:1", {t1}, false, {}, {{t1, {0, 1}}});
+  h.clock().Advance(absl::Seconds(3));
+  d.Heartbeat("w2:1", {t2});
+  h.service().Tick();
+  CHECK(d.State().workers_size() == 2);  // not yet
+  h.clock().Advance(absl::Seconds(3));
+  h.service().Tick();
+  CHECK(d.State().workers_size() == 1);
+  CHECK(MetricValue(h.registry(), "sluice_dispatcher_worker_removals_total", "heartbeat timeout") == 1);
+  CHECK(MetricValue(h.registry(), "sluice_dispatcher_workers") == 1);
+  // 2 and 3 come back first, then the rest of the queue.
+  CHECK(take(t2, 3, {4, 5}) == std::vector<uint64_t>{2, 3, 6});
+  CHECK(take(t2, 10, {2, 3, 6}) == std::vector<uint64_t>{7, 8, 9});
+  auto end = d.MustSplits(t2, 10, {7, 8, 9});
+  CHECK(end.end_of_splits());
+  // Only the re-queued splits were handed out twice; 0 and 1 (started) never.
+  CHECK(handed.count(0) == 1);
+  CHECK(handed.count(1) == 1);
+  CHECK(handed.count(2) == 2);
+  CHECK(handed.count(3) == 2);
+  // The dead worker's task is gone.
+  service::GetSplitsResponse resp;
+  CHECK(d.Splits(t1, 1, {}, 0, &resp).code() == absl::StatusCode::kNotFound);
+}
+
+TEST_CASE("a worker that forgets its tasks restarted: it starts over and its splits return") {
+  ServiceHarness h("");
+  Driver d{h.service()};
+  const std::string ds = d.Register(RangePipeline(30, 10));
+  auto job = d.MustJob(ds, service::SHARDING_DYNAMIC);
+  const int64_t t1 = d.TaskOf("w1:1", job.job_id());
+  CHECK(Indices(d.MustSplits(t1, 2)) == std::vector<uint64_t>{0, 1});
+  d.Heartbeat("w1:1", {t1});
+  auto after_restart = d.Heartbeat("w1:1", {});
+  REQUIRE(after_restart.new_tasks_size() == 1);
+  const int64_t fresh = after_restart.new_tasks(0).task_id();
+  CHECK(fresh != t1);
+  CHECK(MetricValue(h.registry(), "sluice_dispatcher_worker_removals_total", "restarted") == 1);
+  CHECK(Indices(d.MustSplits(fresh, 5)) == std::vector<uint64_t>{0, 1, 2});
+}
+
+TEST_CASE("WorkerDeregister and DrainWorkers") {
+  ServiceHarness h("");
+  Driver d{h.service()};
+  const std::string ds = d.Register(RangePipeline(100, 10));
+  auto job = d.MustJob(ds, service::SHARDING_DYNAMIC, "train");
+  const int64_t t1 = d.TaskOf("w1:1", job.job_id());
+  const int64_t t2 = d.TaskOf("w2:1", job.job_id());
+  d.Heartbeat("w3:1");
+
+  service::DrainWorkersRequest drain;
+  drain.add_worker_addresses("w1:1");
+  drain.add_worker_addresses("gone:1");
+  service::DrainWorkersResponse drained;
+  REQUIRE(h.service().DrainWorkers(drain, &drained).ok());
+  CHECK(std::vector<std::string>(drained.drained().begin(), drained.drained().end()) ==
+        std::vector<std::string>{"w1:1"});
+  // A draining worker takes no new splits and no new tasks.
+  auto r = d.MustSplits(t1, 4);
+  CHECK(r.splits_size() == 0);
+  CHECK(!r.end_of_splits());
+  auto job2 = d.MustJob(ds, service::SHARDING_OFF);
+  CHECK(d.Heartbeat("w1:1", {t1}).new_tasks_size() == 0);
+  CHECK(d.TaskOf("w2:1", job2.job_id()) > 0);
+  service::DrainWorkersRequest bad;
+  bad.add_worker_addresses("");
+  CHECK(h.service().DrainWorkers(bad, &drained).code() == absl::StatusCode::kInvalidArgument);
+  service::DrainWorkersResponse all;
+  REQUIRE(h.service().DrainWorkers({}, &all).ok());
+  CHECK(all.drained_size() == 3);
+  const auto state = d.State();
+  for (const auto& w : state.workers()) CHECK(w.draining());
+
+  CHECK(Indices(d.MustSplits(t2, 2)) == std::vector<uint64_t>{});  // w2 drains now too
+  service::WorkerDeregisterRequest dereg;
+  dereg.set_worker_address("nobody:1");
+  service::WorkerDeregisterResponse dr;
+  absl::Status s = h.service().WorkerDeregister(dereg, &dr);
+  CHECK(s.code() == absl::StatusCode::kNotFound);
+  CHECK(s.message() == "worker_address 'nobody:1' is not known");
+  dereg.set_worker_address("w1:1");
+  REQUIRE(h.service().WorkerDeregister(dereg, &dr).ok());
+  CHECK(MetricValue(h.registry(), "sluice_dispatcher_worker_removals_total", "deregistered") == 1);
+  CHECK(d.State().workers_size() == 2);
+}
+
+TEST_CASE("jobs without clients finish after the grace period; silent clients are released") {
+  DispatcherOptions options;
+  options.job_gc_grace = absl::Seconds(30);
+  options.client_timeout = absl::Seconds(10);
+  options.worker_timeout = absl::Hours(1);
+  ServiceHarness h("", options);
+  Driver d{h.service()};
+  const std::string ds = d.Register(RangePipeline(100, 10));
+  auto job = d.MustJob(ds, service::SHARDING_OFF, "train");
+  const int64_t task = d.TaskOf("w1:1", job.job_id());
+  service::ReleaseJobClientRequest rel;
+  rel.set_job_client_id(job.job_client_id());
+  service::ReleaseJobClientResponse rr;
+  REQUIRE(h.service().ReleaseJobClient(rel, &rr).ok());
+  h.clock().Advance(absl::Seconds(29));
+  h.service().Tick();
+  CHECK(!d.JobInfo(job.job_id()).finished());
+  h.clock().Advance(absl::Seconds(2));
+  h.service().Tick();
+  CHECK(d.JobInfo(job.job_id()).finished());
+  auto hb = d.Heartbeat("w1:1", {task});
+  CHECK(std::vector<int64_t>(hb.tasks_to_delete().begin(), hb.tasks_to_delete().end()) == std::vector<int64_t>{task});
+  // The name is free again: a new job.
+  auto again = d.MustJob(ds, service::SHARDING_OFF, "train");
+  CHECK(again.job_id() != job.job_id());
+  // A client that stops heartbeating is released after client_timeout.
+  h.clock().Advance(absl::Seconds(11));
+  h.service().Tick();
+  service::ClientHeartbeatRequest req;
+  req.set_job_client_id(again.job_client_id());
+  service::ClientHeartbeatResponse resp;
+  CHECK(h.service().ClientHeartbeat(req, &resp).code() == absl::StatusCode::kNotFound);
+  CHECK(d.JobInfo(again.job_id()).num_clients() == 0);
+}
+
+TEST_CASE("coordinated reads: late workers start after the rounds clients reached, also after a restart") {
+  TempDir dir;
+  ServiceHarness h(dir.path().string());
+  REQUIRE(h.start_status().ok());
+  std::string ds;
+  int64_t job_id = 0;
+  int64_t client = 0;
+  {
+    Driver d{h.service()};
+    ds = d.Register(RangePipeline(100, 10));
+    d.Heartbeat("w1:1");
+    service::GetOrCreateJobResponse job;
+    REQUIRE(d.Job(ds, service::SHARDING_OFF, "coord", &job, 1, service::TARGET_WORKERS_LOCAL, "elsewhere", 2).ok());
+    job_id = job.job_id();
+    client = job.job_client_id();
+    d.Heartbeat("w2:1");  // joins before any round: starts at 0 + margin
+    auto tasks = d.Client(client, 0).tasks();
+    CHECK(tasks.size() == 2);  // coordinated reads see every task regardless of locality
+    d.Client(client, 100);
+    auto late = d.Heartbeat("w3:1");
+    REQUIRE(late.new_tasks_size() == 1);
+    CHECK(late.new_tasks(0).starting_round() == 100 + kStartingRoundMargin);
+    CHECK(late.new_tasks(0).num_consumers() == 2);
+    d.Client(client, 130);
+  }
+  h.Restart();
+  REQUIRE(h.start_status().ok());
+  Driver d{h.service()};
+  // No client has reported since the restart: the journaled watermark bounds the rounds.
+  auto late = d.Heartbeat("w4:1");
+  REQUIRE(late.new_tasks_size() == 1);
+  CHECK(late.new_tasks(0).starting_round() >= 130 + kStartingRoundMargin);
+  CHECK(late.new_tasks(0).job_id() == job_id);
+}
+
+}  // namespace
+}  // namespace sluice::dispatcher

@@ -1,0 +1,66 @@
+#include "dataplane/dispatcher/dispatcher_metrics.h"
+
+namespace sluice::dispatcher {
+namespace {
+
+prometheus::Family<prometheus::Counter>& CounterFamily(prometheus::Registry& registry, const std::string& name,
+                                                       const std::string& help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(registry);
+}
+prometheus::Family<prometheus::Gauge>& GaugeFamily(prometheus::Registry& registry, const std::string& name,
+                                                   const std::string& help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(registry);
+}
+
+}  // namespace
+
+DispatcherMetrics::DispatcherMetrics(prometheus::Registry& registry, std::string dataservice)
+    : dataservice_(std::move(dataservice)),
+      client_wait_(CounterFamily(registry, "sluice_client_wait_seconds_total",
+                                 "Seconds the job's clients spent blocked waiting for data")),
+      client_step_(CounterFamily(registry, "sluice_client_step_seconds_total",
+                                 "Seconds of the job's clients' training steps, waits included")),
+      client_elements_(CounterFamily(registry, "sluice_client_elements_total", "Elements the job's clients consumed")),
+      client_bytes_(CounterFamily(registry, "sluice_client_bytes_total", "Bytes the job's clients consumed")),
+      splits_served_(CounterFamily(registry, "sluice_dispatcher_splits_served_total",
+                                   "Splits handed to workers under dynamic sharding")),
+      worker_removals_(CounterFamily(registry, "sluice_dispatcher_worker_removals_total",
+                                     "Workers removed, by reason (heartbeat timeout, deregistered, restarted)")),
+      snapshots_(CounterFamily(registry, "sluice_dispatcher_snapshots_total", "Journal snapshots written")
+                     .Add({{"dataservice", dataservice_}})),
+      jobs_(GaugeFamily(registry, "sluice_dispatcher_jobs", "Jobs not finished").Add({{"dataservice", dataservice_}})),
+      workers_(GaugeFamily(registry, "sluice_dispatcher_workers", "Registered workers by placement")),
+      workers_local_(workers_.Add({{"dataservice", dataservice_}, {"placement", "local"}})),
+      workers_remote_(workers_.Add({{"dataservice", dataservice_}, {"placement", "remote"}})),
+      journal_bytes_(GaugeFamily(registry, "sluice_dispatcher_journal_bytes", "Bytes of the journal's live files")
+                         .Add({{"dataservice", dataservice_}})) {}
+
+prometheus::Labels DispatcherMetrics::JobLabels(const std::string& job) const {
+  return {{"dataservice", dataservice_}, {"job", job}};
+}
+
+void DispatcherMetrics::AddClientMetrics(const std::string& job, const service::ClientMetrics& delta) {
+  const prometheus::Labels labels = JobLabels(job);
+  client_wait_.Add(labels).Increment(delta.wait_seconds_total());
+  client_step_.Add(labels).Increment(delta.step_seconds_total());
+  client_elements_.Add(labels).Increment(static_cast<double>(delta.elements_total()));
+  client_bytes_.Add(labels).Increment(static_cast<double>(delta.bytes_total()));
+}
+
+void DispatcherMetrics::AddSplitsServed(const std::string& job, int64_t n) {
+  splits_served_.Add(JobLabels(job)).Increment(static_cast<double>(n));
+}
+
+void DispatcherMetrics::AddWorkerRemoval(const std::string& reason) {
+  worker_removals_.Add({{"dataservice", dataservice_}, {"reason", reason}}).Increment();
+}
+
+void DispatcherMetrics::AddSnapshot() { snapshots_.Increment(); }
+void DispatcherMetrics::SetJobs(int64_t active_jobs) { jobs_.Set(static_cast<double>(active_jobs)); }
+void DispatcherMetrics::SetWorkers(int64_t local, int64_t remote) {
+  workers_local_.Set(static_cast<double>(local));
+  workers_remote_.Set(static_cast<double>(remote));
+}
+void DispatcherMetrics::SetJournalBytes(int64_t bytes) { journal_bytes_.Set(static_cast<double>(bytes)); }
+
+}  // namespace sluice::dispatcher

@@ -1,0 +1,60 @@
+// The dispatcher's Prometheus metrics (names are the autoscaler's contract, see docs/metrics.md):
+//   sluice_client_wait_seconds_total, sluice_client_step_seconds_total, sluice_client_elements_total,
+//   sluice_client_bytes_total                     {dataservice, job}  summed over the job's clients
+//   sluice_dispatcher_splits_served_total         {dataservice, job}
+//   sluice_dispatcher_jobs                        {dataservice}       jobs not finished
+//   sluice_dispatcher_workers                     {dataservice, placement=local|remote}
+//   sluice_dispatcher_journal_bytes               {dataservice}
+//   sluice_dispatcher_worker_removals_total       {dataservice, reason}
+//   sluice_dispatcher_snapshots_total             {dataservice}
+// `job` is the job name, or the job id for anonymous jobs.
+//
+// Threading: thread-safe (prometheus-cpp metrics are).
+#ifndef SLUICE_DATAPLANE_DISPATCHER_DISPATCHER_METRICS_H_
+#define SLUICE_DATAPLANE_DISPATCHER_DISPATCHER_METRICS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "dataservice.pb.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/registry.h"
+
+namespace sluice::dispatcher {
+
+class DispatcherMetrics {
+ public:
+  DispatcherMetrics(prometheus::Registry& registry, std::string dataservice);
+
+  // `delta` holds increments (>= 0) of the client counters.
+  void AddClientMetrics(const std::string& job, const service::ClientMetrics& delta);
+  void AddSplitsServed(const std::string& job, int64_t n);
+  void AddWorkerRemoval(const std::string& reason);
+  void AddSnapshot();
+  void SetJobs(int64_t active_jobs);
+  void SetWorkers(int64_t local, int64_t remote);
+  void SetJournalBytes(int64_t bytes);
+
+ private:
+  prometheus::Labels JobLabels(const std::string& job) const;
+
+  const std::string dataservice_;
+  prometheus::Family<prometheus::Counter>& client_wait_;
+  prometheus::Family<prometheus::Counter>& client_step_;
+  prometheus::Family<prometheus::Counter>& client_elements_;
+  prometheus::Family<prometheus::Counter>& client_bytes_;
+  prometheus::Family<prometheus::Counter>& splits_served_;
+  prometheus::Family<prometheus::Counter>& worker_removals_;
+  prometheus::Counter& snapshots_;
+  prometheus::Gauge& jobs_;
+  prometheus::Family<prometheus::Gauge>& workers_;
+  prometheus::Gauge& workers_local_;
+  prometheus::Gauge& workers_remote_;
+  prometheus::Gauge& journal_bytes_;
+};
+
+}  // namespace sluice::dispatcher
+
+#endif  // SLUICE_DATAPLANE_DISPATCHER_DISPATCHER_METRICS_H_
