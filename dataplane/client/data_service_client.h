@@ -1,0 +1,149 @@
+// The Sluice data-service client: reads a job's elements from the workers, for one trainer process.
+//
+// Create() registers the pipeline with the dispatcher (or uses a registered dataset_id), gets or
+// creates the job, and starts background threads:
+//  - a heartbeat thread: ClientHeartbeat every heartbeat_interval carrying ClientMetrics (the stall
+//    signal), learning the job's tasks and whether the job finished; retries with backoff while
+//    the dispatcher is unreachable;
+//  - one reader per selected task (non-coordinated reads): a streaming GetElements call decoding
+//    into a shared bounded buffer (max_buffered_bytes, max_outstanding_requests: readers wait
+//    before reading more = backpressure), reconnecting with backoff when its worker restarts, and
+//    stopped when the dispatcher no longer lists its task;
+//  - or, for coordinated reads (num_consumers > 0), one round reader that asks, round after round,
+//    the worker serving the round (see round_robin.h) for this consumer's element.
+// GetNext() hands out elements in arrival order (round order for coordinated reads).
+//
+// Threading: GetNext, BeginStep/EndStep and stats() may be called from any thread (the methods
+// lock internally); GetNext is meant for one consumer thread at a time. The destructor cancels all
+// streams (TryCancel), joins every thread and releases the job client; it never waits on a hung
+// peer beyond release_timeout. Do not destroy the client while another thread is inside GetNext
+// (call Cancel() first and let that thread return).
+#ifndef SLUICE_DATAPLANE_CLIENT_DATA_SERVICE_CLIENT_H_
+#define SLUICE_DATAPLANE_CLIENT_DATA_SERVICE_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "dataplane/pipeline/tensor.h"
+#include "dataplane/rpc/credentials.h"
+#include "dataservice.pb.h"
+#include "pipeline.pb.h"
+
+namespace sluice::client {
+
+struct DataServiceClientOptions {
+  std::string dispatcher_address;                     // "host:port"
+  std::optional<pipeline::PipelineDef> pipeline;      // registered by Create() ...
+  std::string dataset_id;                             // ... or an already registered dataset
+  std::string job_name;                               // empty: an anonymous job of this client alone
+  service::ShardingPolicy sharding = service::SHARDING_OFF;
+  int32_t num_consumers = 0;                          // > 0: coordinated reads ...
+  int32_t consumer_index = -1;                        // ... as consumer [0, num_consumers)
+  bool cross_job_sharing = false;
+  int64_t num_epochs = 1;                             // -1: forever
+  service::Compression compression = service::COMPRESSION_AUTO;
+  service::TargetWorkers target_workers = service::TARGET_WORKERS_AUTO;
+  std::string client_host;                            // empty: $SLUICE_CLIENT_HOST, else gethostname()
+  rpc::TlsOptions tls;
+  int max_message_bytes = rpc::kDefaultMaxMessageBytes;
+  // Bounds on data held by the client. Readers stop reading while the decoded bytes buffered reach
+  // max_buffered_bytes (overshoot: at most one response message per reader), and while
+  // max_outstanding_requests response messages are being read or buffered (0: no count bound).
+  int64_t max_buffered_bytes = int64_t{256} << 20;
+  int max_outstanding_requests = 0;
+  int max_elements_per_response = 0;                  // 0: the worker's default packing
+  uint64_t max_element_bytes = uint64_t{1} << 30;     // a larger declared element is rejected
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  absl::Duration initial_backoff = absl::Milliseconds(100);
+  absl::Duration max_backoff = absl::Seconds(5);
+  absl::Duration create_timeout = absl::Seconds(60);  // Create() retries an unreachable dispatcher this long
+  absl::Duration rpc_timeout = absl::Seconds(10);     // deadline of unary RPCs (heartbeats, GetElement)
+  absl::Duration release_timeout = absl::Seconds(2);  // deadline of ReleaseJobClient in the destructor
+  // Clock for the stall metrics only (wait/step seconds); default absl::Now. Tests inject a fake.
+  std::function<absl::Time()> clock;
+};
+
+// Counters of one client. wait/step seconds as in stall_meter.h.
+struct ClientStats {
+  double wait_seconds_total = 0;
+  double step_seconds_total = 0;
+  int64_t steps_total = 0;
+  int64_t elements_total = 0;      // elements returned by GetNext
+  int64_t bytes_total = 0;         // their decoded bytes
+  int64_t buffered_elements = 0;
+  int64_t buffered_bytes = 0;
+  int64_t peak_buffered_bytes = 0;
+  int64_t outstanding_requests = 0;
+  int64_t peak_outstanding_requests = 0;
+  int64_t backpressure_waits = 0;  // times a reader paused because the client's buffer was full
+  int64_t active_readers = 0;      // task readers (or the round reader) running
+  int64_t reconnects = 0;          // streams or GetElement calls retried after a failure
+  int64_t heartbeats_ok = 0;
+  int64_t heartbeat_failures = 0;
+  int64_t current_round = 0;       // coordinated reads: the round being fetched
+  int64_t rounds_skipped = 0;
+  int64_t waiting_consumers = 0;   // threads blocked inside GetNext right now
+  bool job_finished = false;
+};
+
+class DataServiceClient {
+ public:
+  static absl::StatusOr<std::unique_ptr<DataServiceClient>> Create(DataServiceClientOptions options);
+  ~DataServiceClient();
+  DataServiceClient(const DataServiceClient&) = delete;
+  DataServiceClient& operator=(const DataServiceClient&) = delete;
+
+  // The next element; std::nullopt once the job finished and every task this client reads is
+  // drained (and on every later call). An error (a malformed element, the dispatcher forgetting
+  // this client) is returned after the elements buffered before it, and again on later calls.
+  absl::StatusOr<std::optional<pipeline::Element>> GetNext();
+  // As GetNext, but gives up after `timeout` with DeadlineExceeded (call again to keep waiting).
+  absl::StatusOr<std::optional<pipeline::Element>> GetNext(absl::Duration timeout);
+
+  // Wakes every GetNext (they return CANCELLED, as do later calls) and stops all reading. The
+  // threads are joined and the job client released by the destructor. Thread-safe.
+  void Cancel();
+
+  // Training-step markers for exact stall measurement (see stall_meter.h).
+  void BeginStep();
+  void EndStep();
+
+  ClientStats stats() const;
+  const std::string& dataset_id() const;
+  int64_t job_id() const;
+  int64_t job_client_id() const;
+  const std::string& client_host() const;
+
+  class Impl;
+
+ private:
+  explicit DataServiceClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Marks one training step for its lifetime: BeginStep() on construction, EndStep() on destruction.
+class StepScope {
+ public:
+  explicit StepScope(DataServiceClient& client) : client_(client) { client_.BeginStep(); }
+  ~StepScope() { client_.EndStep(); }
+  StepScope(const StepScope&) = delete;
+  StepScope& operator=(const StepScope&) = delete;
+
+ private:
+  DataServiceClient& client_;
+};
+
+// The client's host for locality: `configured` if set, else $SLUICE_CLIENT_HOST, else gethostname().
+std::string ResolveClientHost(const std::string& configured);
+
+// Checks options for contradictions; errors name the field.
+absl::Status ValidateOptions(const DataServiceClientOptions& options);
+
+}  // namespace sluice::client
+
+#endif  // SLUICE_DATAPLANE_CLIENT_DATA_SERVICE_CLIENT_H_
