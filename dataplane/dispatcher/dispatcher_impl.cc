@@ -663,8 +663,13 @@ absl::Status DispatcherService::GetSplits(const service::GetSplitsRequest& reque
       response->set_end_of_splits(true);
       return Durable(LastSequenceLocked());
     }
-    // Acknowledgements of splits this task started in the current epoch.
-    if (requested_epoch == s->epoch && request.started_split_indices_size() > 0) {
+    if (requested_epoch > s->epoch + 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("epoch ", requested_epoch, " is ahead of job ", job_id, "'s epoch ", s->epoch));
+    }
+    // Acknowledgements: splits of the current epoch assigned to this task. A worker that already
+    // moved to the next epoch may still acknowledge splits of this one.
+    if (requested_epoch >= s->epoch && request.started_split_indices_size() > 0) {
       std::vector<uint64_t> unstarted = state_.UnstartedSplitsOf(*state_.FindJob(job_id), task_id);
       Update u;
       auto* start = u.mutable_start_splits();
@@ -690,39 +695,44 @@ absl::Status DispatcherService::GetSplits(const service::GetSplitsRequest& reque
       u.mutable_task_epoch_end()->set_epoch(s->epoch);
       return Commit(u);
     };
-    if (requested_epoch > s->epoch + 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("epoch ", requested_epoch, " is ahead of job ", job_id, "'s epoch ", s->epoch));
-    }
-    if (!s->exhausted && requested_epoch == s->epoch + 1) {
-      // The worker finished the current epoch and moved on: it reached the end.
-      if (!all_started()) {
-        return absl::FailedPreconditionError(absl::StrCat("epoch ", requested_epoch, " requested, but job ", job_id,
-                                                          "'s epoch ", s->epoch, " still has splits not started"));
+    const bool draining = state_.FindWorker(state_.FindTask(task_id)->worker_address)->draining;
+    // Hands out the front of the current epoch's queue.
+    auto assign = [&]() -> absl::Status {
+      if (max_splits == 0 || draining || s->queue.empty()) return absl::OkStatus();
+      Update u;
+      auto* a = u.mutable_assign_splits();
+      a->set_job_id(job_id);
+      a->set_task_id(task_id);
+      a->set_epoch(s->epoch);
+      const size_t n = std::min(static_cast<size_t>(max_splits), s->queue.size());
+      for (size_t i = 0; i < n; ++i) {
+        a->add_split_indices(s->queue[i]);
+        *response->add_splits() = dataset.splits[s->queue[i]];
       }
-      if (absl::Status st = reach_end(); !st.ok()) return st;
-      s = splits_state();  // may have moved to the next epoch
+      if (absl::Status st = Commit(u); !st.ok()) return st;
+      if (metrics_ != nullptr) metrics_->AddSplitsServed(JobLabel(*state_.FindJob(job_id)), static_cast<int64_t>(n));
+      return absl::OkStatus();
+    };
+    if (!s->exhausted && requested_epoch == s->epoch + 1) {
+      if (all_started()) {
+        // The worker finished the current epoch and moved on: it reached the end.
+        if (absl::Status st = reach_end(); !st.ok()) return st;
+        s = splits_state();  // may have moved to the next epoch
+      } else if (!s->queue.empty()) {
+        // The worker left the epoch early (e.g. `take` before `repeat`) while splits of it are
+        // still queued. Nobody else may come back for them, so this task reads them: the response
+        // says which epoch they belong to.
+        response->set_epoch(s->epoch);
+        if (absl::Status st = assign(); !st.ok()) return st;
+        return Durable(LastSequenceLocked());
+      }
+      // else: other tasks still hold unstarted splits of the epoch; ask again.
     }
     if (s->exhausted || requested_epoch < s->epoch) {
       response->set_end_of_splits(true);  // that epoch is over
     } else if (requested_epoch == s->epoch) {
-      const bool draining = state_.FindWorker(state_.FindTask(task_id)->worker_address)->draining;
       if (!s->queue.empty()) {
-        if (max_splits > 0 && !draining) {
-          Update u;
-          auto* a = u.mutable_assign_splits();
-          a->set_job_id(job_id);
-          a->set_task_id(task_id);
-          a->set_epoch(s->epoch);
-          const size_t n = std::min(static_cast<size_t>(max_splits), s->queue.size());
-          for (size_t i = 0; i < n; ++i) {
-            a->add_split_indices(s->queue[i]);
-            *response->add_splits() = dataset.splits[s->queue[i]];
-          }
-          if (absl::Status st = Commit(u); !st.ok()) return st;
-          if (metrics_ != nullptr) metrics_->AddSplitsServed(JobLabel(*state_.FindJob(job_id)), static_cast<int64_t>(n));
-        }
-        // else: nothing new now; the worker asks again.
+        if (absl::Status st = assign(); !st.ok()) return st;  // draining or max_splits 0: nothing now
       } else if (all_started()) {
         response->set_end_of_splits(true);
         if (absl::Status st = reach_end(); !st.ok()) return st;

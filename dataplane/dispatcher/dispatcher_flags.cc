@@ -1,0 +1,203 @@
+#include "dataplane/dispatcher/dispatcher_flags.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace sluice::dispatcher {
+namespace {
+
+void DefineFlags(CLI::App& app, DispatcherFlags& f) {
+  app.add_option("--config", f.config, "YAML file of flag values (keys are flag names); command-line flags win");
+  app.add_option("--listen_host", f.listen_host, "address the gRPC and admin servers bind to");
+  app.add_option("--port", f.port, "gRPC port (0: pick a free one)");
+  app.add_option("--metrics_port", f.metrics_port, "admin port for /metrics, /healthz, /readyz (0: pick, -1: off)");
+  app.add_option("--journal_dir", f.journal_dir, "directory of the journal; empty keeps state in memory only");
+  app.add_option("--fsync", f.fsync, "journal durability: always (each change), batch (periodically) or never");
+  app.add_option("--fsync_batch_ms", f.fsync_batch_ms, "--fsync=batch: fsync at least this often");
+  app.add_option("--fsync_batch_records", f.fsync_batch_records, "--fsync=batch: or after this many records");
+  app.add_option("--snapshot_every", f.snapshot_every, "journal updates between snapshots (compaction); 0: never");
+  app.add_option("--worker_timeout_ms", f.worker_timeout_ms, "a worker silent this long is removed");
+  app.add_option("--heartbeat_interval_ms", f.heartbeat_interval_ms, "heartbeat period told to workers");
+  app.add_option("--client_timeout_ms", f.client_timeout_ms, "a job client silent this long is released");
+  app.add_option("--job_gc_grace_ms", f.job_gc_grace_ms, "a job without clients finishes after this long");
+  app.add_option("--max_splits_per_request", f.max_splits_per_request, "GetSplits hands out at most this many splits");
+  app.add_option("--tick_interval_ms", f.tick_interval_ms,
+                 "period of the timeout/GC/compaction checks (0: worker_timeout/10 within [10, 500] ms)");
+  app.add_option("--dataservice", f.dataservice, "DataService name, the metrics' dataservice label");
+  app.add_option("--max_message_bytes", f.max_message_bytes, "gRPC message size limit");
+  app.add_option("--shutdown_timeout_ms", f.shutdown_timeout_ms, "SIGTERM/SIGINT: time allowed for running calls");
+  app.add_option("--tls_cert", f.tls_cert, "PEM server certificate (enables TLS)");
+  app.add_option("--tls_key", f.tls_key, "PEM private key of --tls_cert");
+  app.add_option("--tls_ca", f.tls_ca, "PEM CA that client certificates must chain to");
+  app.add_flag("--tls_require_client_cert", f.tls_require_client_cert, "mutual TLS: clients must present a certificate");
+  app.add_option("--log_level", f.log_level, "debug, info, warning or error");
+}
+
+bool OnCommandLine(const std::vector<std::string>& args, const std::string& name) {
+  const std::string flag = absl::StrCat("--", name);
+  return std::any_of(args.begin(), args.end(),
+                     [&](const std::string& a) { return a == flag || absl::StartsWith(a, flag + "="); });
+}
+
+absl::StatusOr<std::string> ConfigPath(const std::vector<std::string>& args) {
+  std::string path;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--config") {
+      if (i + 1 == args.size()) return absl::InvalidArgumentError("--config: expected a file path");
+      path = args[i + 1];
+    } else if (absl::StartsWith(args[i], "--config=")) {
+      path = args[i].substr(9);
+    }
+  }
+  return path;
+}
+
+// The YAML file's entries as "--key=value" arguments, leaving out keys set on the command line.
+absl::StatusOr<std::vector<std::string>> ArgsFromConfig(const std::string& path, const std::set<std::string>& known,
+                                                        const std::vector<std::string>& command_line) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    return absl::NotFoundError(absl::StrCat("--config: cannot read '", path, "'"));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ":", e.mark.line + 1, ":", e.mark.column + 1, ": ", e.msg));
+  }
+  std::vector<std::string> out;
+  if (root.IsNull()) return out;
+  if (!root.IsMap()) return absl::InvalidArgumentError(absl::StrCat(path, ": expected a map from flag names to values"));
+  for (const auto& entry : root) {
+    const int line = entry.first.Mark().line + 1;
+    if (!entry.first.IsScalar()) return absl::InvalidArgumentError(absl::StrCat(path, ":", line, ": keys must be flag names"));
+    const std::string key = entry.first.Scalar();
+    if (key == "config") return absl::InvalidArgumentError(absl::StrCat(path, ":", line, ": 'config' cannot be nested"));
+    if (!known.count(key)) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", line, ": unknown key '", key, "' (known: ",
+                                                     absl::StrJoin(known, ", "), ")"));
+    }
+    if (!entry.second.IsScalar()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", entry.second.Mark().line + 1, ": ", key, ": expected a single value"));
+    }
+    if (OnCommandLine(command_line, key)) continue;
+    out.push_back(absl::StrCat("--", key, "=", entry.second.Scalar()));
+  }
+  return out;
+}
+
+absl::Status Validate(const DispatcherFlags& f) {
+  auto invalid = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
+  if (f.port < 0 || f.port > 65535) return invalid("--port: ", f.port, " is not a port (0 picks one)");
+  if (f.metrics_port < -1 || f.metrics_port > 65535) {
+    return invalid("--metrics_port: ", f.metrics_port, " is not a port (0 picks one, -1 turns it off)");
+  }
+  if (auto p = ParseFsyncPolicy(f.fsync); !p.ok()) return p.status();
+  const std::pair<const char*, int64_t> positive[] = {
+      {"fsync_batch_ms", f.fsync_batch_ms},           {"fsync_batch_records", f.fsync_batch_records},
+      {"worker_timeout_ms", f.worker_timeout_ms},     {"heartbeat_interval_ms", f.heartbeat_interval_ms},
+      {"client_timeout_ms", f.client_timeout_ms},     {"max_splits_per_request", f.max_splits_per_request},
+      {"max_message_bytes", f.max_message_bytes},     {"shutdown_timeout_ms", f.shutdown_timeout_ms}};
+  for (const auto& [name, value] : positive) {
+    if (value <= 0) return invalid("--", name, ": must be > 0, got ", value);
+  }
+  const std::pair<const char*, int64_t> non_negative[] = {{"snapshot_every", f.snapshot_every},
+                                                          {"job_gc_grace_ms", f.job_gc_grace_ms},
+                                                          {"tick_interval_ms", f.tick_interval_ms}};
+  for (const auto& [name, value] : non_negative) {
+    if (value < 0) return invalid("--", name, ": must be >= 0, got ", value);
+  }
+  if (f.heartbeat_interval_ms >= f.worker_timeout_ms) {
+    return invalid("--heartbeat_interval_ms (", f.heartbeat_interval_ms, ") must be below --worker_timeout_ms (",
+                   f.worker_timeout_ms, "), or every worker times out");
+  }
+  static const std::set<std::string> kLevels = {"debug", "info", "warning", "error"};
+  if (!kLevels.count(f.log_level)) return invalid("--log_level: '", f.log_level, "' is not debug, info, warning or error");
+  if (f.tls_cert.empty() != f.tls_key.empty()) return invalid("--tls_cert and --tls_key must be given together");
+  if (f.tls_require_client_cert && f.tls_ca.empty()) {
+    return invalid("--tls_require_client_cert needs --tls_ca (the CA client certificates must chain to)");
+  }
+  if (!f.tls_ca.empty() && f.tls_cert.empty()) return invalid("--tls_ca needs --tls_cert and --tls_key (a TLS server)");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ParsedDispatcherFlags> ParseDispatcherFlags(const std::vector<std::string>& args) {
+  ParsedDispatcherFlags parsed;
+  CLI::App app("sluice-dispatcher: the Sluice data service's dispatcher", "sluice-dispatcher");
+  DefineFlags(app, parsed.flags);
+  std::set<std::string> known;
+  for (const CLI::Option* option : app.get_options()) {
+    for (const std::string& name : option->get_lnames()) known.insert(name);
+  }
+  known.erase("help");
+  known.erase("config");
+  auto path = ConfigPath(args);
+  if (!path.ok()) return path.status();
+  std::vector<std::string> all;
+  if (!path->empty()) {
+    auto from_file = ArgsFromConfig(*path, known, args);
+    if (!from_file.ok()) return from_file.status();
+    all = *std::move(from_file);
+  }
+  all.insert(all.end(), args.begin(), args.end());
+  std::reverse(all.begin(), all.end());  // CLI11 consumes the vector from the back
+  try {
+    app.parse(all);
+  } catch (const CLI::CallForHelp&) {
+    parsed.help = app.help();
+    return parsed;
+  } catch (const CLI::ParseError& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+  if (absl::Status s = Validate(parsed.flags); !s.ok()) return s;
+  return parsed;
+}
+
+DispatcherOptions ServiceOptionsFromFlags(const DispatcherFlags& f) {
+  DispatcherOptions o;
+  o.worker_timeout = absl::Milliseconds(f.worker_timeout_ms);
+  o.heartbeat_interval = absl::Milliseconds(f.heartbeat_interval_ms);
+  o.client_timeout = absl::Milliseconds(f.client_timeout_ms);
+  o.job_gc_grace = absl::Milliseconds(f.job_gc_grace_ms);
+  o.snapshot_every = f.snapshot_every;
+  o.max_splits_per_request = f.max_splits_per_request;
+  o.dataservice = f.dataservice;
+  return o;
+}
+
+JournalOptions JournalOptionsFromFlags(const DispatcherFlags& f) {
+  JournalOptions o;
+  o.dir = f.journal_dir;
+  o.fsync = ParseFsyncPolicy(f.fsync).value_or(FsyncPolicy::kBatch);
+  o.batch_interval = absl::Milliseconds(f.fsync_batch_ms);
+  o.batch_records = f.fsync_batch_records;
+  return o;
+}
+
+DispatcherServerOptions ServerOptionsFromFlags(const DispatcherFlags& f) {
+  DispatcherServerOptions o;
+  o.address = absl::StrCat(f.listen_host.find(':') != std::string::npos ? absl::StrCat("[", f.listen_host, "]")
+                                                                        : f.listen_host,
+                           ":", f.port);
+  o.tls.cert_file = f.tls_cert;
+  o.tls.key_file = f.tls_key;
+  o.tls.ca_file = f.tls_ca;
+  o.tls.require_client_cert = f.tls_require_client_cert;
+  o.max_message_bytes = f.max_message_bytes;
+  return o;
+}
+
+absl::Duration TickInterval(const DispatcherFlags& f) {
+  if (f.tick_interval_ms > 0) return absl::Milliseconds(f.tick_interval_ms);
+  return std::clamp(absl::Milliseconds(f.worker_timeout_ms) / 10, absl::Milliseconds(10), absl::Milliseconds(500));
+}
+
+}  // namespace sluice::dispatcher

@@ -1,0 +1,128 @@
+#include "dataplane/dispatcher/dispatcher_flags.h"
+
+#include <catch2/catch.hpp>
+
+#include "testing/test_util.h"
+
+namespace sluice::dispatcher {
+namespace {
+
+using sluice::testing::TempDir;
+using sluice::testing::WriteFile;
+
+DispatcherFlags MustParse(const std::vector<std::string>& args) {
+  auto parsed = ParseDispatcherFlags(args);
+  INFO(parsed.status().ToString());
+  REQUIRE(parsed.ok());
+  return parsed->flags;
+}
+
+std::string ParseError(const std::vector<std::string>& args) {
+  auto parsed = ParseDispatcherFlags(args);
+  REQUIRE(!parsed.ok());
+  return std::string(parsed.status().message());
+}
+
+bool Has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+TEST_CASE("defaults match the data service contract") {
+  DispatcherFlags f = MustParse({});
+  CHECK(f.port == 5050);
+  CHECK(f.fsync == "batch");
+  CHECK(f.worker_timeout_ms == 5000);
+  CHECK(f.heartbeat_interval_ms == 500);
+  CHECK(f.journal_dir.empty());
+  DispatcherOptions o = ServiceOptionsFromFlags(f);
+  CHECK(o.worker_timeout == absl::Seconds(5));
+  CHECK(o.heartbeat_interval == absl::Milliseconds(500));
+  CHECK(TickInterval(f) == absl::Milliseconds(500));
+  CHECK(ServerOptionsFromFlags(f).address == "0.0.0.0:5050");
+}
+
+TEST_CASE("flags set every option") {
+  DispatcherFlags f = MustParse({"--port=0", "--metrics_port", "-1", "--journal_dir", "/tmp/j", "--fsync=always",
+                                 "--worker_timeout_ms=300", "--heartbeat_interval_ms=50", "--snapshot_every=7",
+                                 "--dataservice=prod", "--max_message_bytes=1024", "--listen_host=127.0.0.1",
+                                 "--log_level=warning"});
+  CHECK(f.port == 0);
+  CHECK(f.metrics_port == -1);
+  CHECK(JournalOptionsFromFlags(f).dir == "/tmp/j");
+  CHECK(JournalOptionsFromFlags(f).fsync == FsyncPolicy::kAlways);
+  CHECK(ServiceOptionsFromFlags(f).snapshot_every == 7);
+  CHECK(ServiceOptionsFromFlags(f).dataservice == "prod");
+  CHECK(ServerOptionsFromFlags(f).max_message_bytes == 1024);
+  CHECK(ServerOptionsFromFlags(f).address == "127.0.0.1:0");
+  CHECK(TickInterval(f) == absl::Milliseconds(30));
+}
+
+TEST_CASE("a YAML config supplies values; command-line flags win") {
+  TempDir dir;
+  const std::string config = dir.File("dispatcher.yaml");
+  WriteFile(config,
+            "port: 7000\n"
+            "journal_dir: /var/lib/sluice\n"
+            "fsync: never\n"
+            "tls_require_client_cert: true\n"
+            "tls_cert: /c.pem\n"
+            "tls_key: /k.pem\n"
+            "tls_ca: /ca.pem\n"
+            "worker_timeout_ms: 9000\n");
+  DispatcherFlags f = MustParse({"--config", config, "--port=7001"});
+  CHECK(f.port == 7001);
+  CHECK(f.journal_dir == "/var/lib/sluice");
+  CHECK(f.fsync == "never");
+  CHECK(f.tls_require_client_cert);
+  CHECK(ServerOptionsFromFlags(f).tls.require_client_cert);
+  CHECK(ServerOptionsFromFlags(f).tls.ca_file == "/ca.pem");
+  CHECK(f.worker_timeout_ms == 9000);
+  DispatcherFlags g = MustParse({"--config=" + config, "--fsync", "always"});
+  CHECK(g.fsync == "always");
+  CHECK(g.port == 7000);
+}
+
+TEST_CASE("bad config files are named with their line") {
+  TempDir dir;
+  const std::string config = dir.File("bad.yaml");
+  WriteFile(config, "port: 7000\nworker_timeout: 5\n");
+  std::string error = ParseError({"--config", config});
+  CHECK(Has(error, config + ":2: unknown key 'worker_timeout'"));
+  CHECK(Has(error, "worker_timeout_ms"));
+  WriteFile(config, "port: [1, 2]\n");
+  CHECK(Has(ParseError({"--config", config}), "port: expected a single value"));
+  WriteFile(config, "port: {\n");
+  CHECK(Has(ParseError({"--config", config}), config + ":"));
+  WriteFile(config, "- a\n- b\n");
+  CHECK(Has(ParseError({"--config", config}), "expected a map"));
+  WriteFile(config, "port: abc\n");
+  CHECK(Has(ParseError({"--config", config}), "port"));
+  WriteFile(config, "config: other.yaml\n");
+  CHECK(Has(ParseError({"--config", config}), "'config' cannot be nested"));
+  CHECK(Has(ParseError({"--config", dir.File("missing.yaml")}), "cannot read"));
+  CHECK(Has(ParseError({"--config"}), "--config: expected a file path"));
+  WriteFile(config, "");
+  CHECK(MustParse({"--config", config}).port == 5050);  // an empty file sets nothing
+}
+
+TEST_CASE("invalid values name the flag") {
+  CHECK(Has(ParseError({"--fsync=sometimes"}), "--fsync: 'sometimes' is not one of always, batch, never"));
+  CHECK(Has(ParseError({"--port=70000"}), "--port: 70000"));
+  CHECK(Has(ParseError({"--metrics_port=-2"}), "--metrics_port"));
+  CHECK(Has(ParseError({"--worker_timeout_ms=0"}), "--worker_timeout_ms: must be > 0"));
+  CHECK(Has(ParseError({"--snapshot_every=-1"}), "--snapshot_every: must be >= 0"));
+  CHECK(Has(ParseError({"--heartbeat_interval_ms=6000"}), "must be below --worker_timeout_ms"));
+  CHECK(Has(ParseError({"--log_level=loud"}), "--log_level"));
+  CHECK(Has(ParseError({"--tls_cert=/c.pem"}), "--tls_cert and --tls_key"));
+  CHECK(Has(ParseError({"--tls_cert=/c.pem", "--tls_key=/k.pem", "--tls_require_client_cert"}), "needs --tls_ca"));
+  CHECK(Has(ParseError({"--no_such_flag=1"}), "no_such_flag"));
+  CHECK(Has(ParseError({"--port=abc"}), "port"));
+}
+
+TEST_CASE("--help returns the usage text") {
+  auto parsed = ParseDispatcherFlags({"--help"});
+  REQUIRE(parsed.ok());
+  CHECK(Has(parsed->help, "--journal_dir"));
+  CHECK(Has(parsed->help, "--fsync"));
+}
+
+}  // namespace
+}  // namespace sluice::dispatcher
