@@ -261,13 +261,8 @@ absl::Status DataServiceController::Execute(const std::string& key, const json& 
     } else if (const auto* e = std::get_if<EmitEvent>(&action)) {
       Emit(dataservice, *e);
     } else if (const auto* af = std::get_if<AddFinalizer>(&action)) {
-      // Guarded by resourceVersion (not by a test of the absent list, which RFC 6902 servers reject).
-      bool has_list = dataservice.contains("metadata") && dataservice["metadata"].contains("finalizers") &&
-                      dataservice["metadata"]["finalizers"].is_array();
-      json op = has_list ? json{{"op", "add"}, {"path", "/metadata/finalizers/-"}, {"value", af->finalizer}}
-                         : json{{"op", "add"}, {"path", "/metadata/finalizers"}, {"value", json::array({af->finalizer})}};
-      absl::StatusOr<json> r = kube::GuardedJsonPatch(*client_, DataServices(), ns, name,
-                                                      kube::ResourceVersionOf(dataservice), json::array({op}));
+      // Guarded by a test of the current list (null when absent), as kube::AddFinalizer does.
+      absl::StatusOr<json> r = kube::AddFinalizer(*client_, DataServices(), dataservice, af->finalizer);
       if (!r.ok()) fail(r.status(), "add finalizer");
     } else if (const auto* rf = std::get_if<RemoveFinalizer>(&action)) {
       absl::StatusOr<json> r = kube::RemoveFinalizer(*client_, DataServices(), dataservice, rf->finalizer);

@@ -110,6 +110,23 @@ def _remove(doc, tokens):
     raise PatchError("cannot remove from a scalar")
 
 
+def _test_target(doc, tokens):
+    """The value a `test` operation compares, as Kubernetes' JSON patch library (evanphx/json-patch) sees it:
+    a missing member of an existing object reads as null, so `{"op": "test", "path": "/metadata/finalizers",
+    "value": null}` passes on an object without finalizers. A missing parent or an array index out of range
+    is MISSING (the test fails)."""
+    try:
+        parent = _parent(doc, tokens) if tokens else None
+    except PatchError:
+        return MISSING
+    if tokens and isinstance(parent, dict) and tokens[-1] not in parent:
+        return None
+    try:
+        return _get(doc, tokens)
+    except PatchError:
+        return MISSING
+
+
 def json_patch(target, operations):
     """Applies an RFC 6902 operation list; a failing `test` raises PatchError."""
     if not isinstance(operations, list):
@@ -139,10 +156,7 @@ def json_patch(target, operations):
                 else:
                     parent[_index(parent, tokens[-1])] = deepcopy(op["value"])
         elif kind == "test":
-            try:
-                have = _get(doc, tokens)
-            except PatchError:
-                have = MISSING
+            have = _test_target(doc, tokens)
             if have is MISSING or not json_equal(have, op["value"]):
                 raise PatchError("testing value %s failed" % op["path"])
         elif kind in ("move", "copy"):

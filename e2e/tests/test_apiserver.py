@@ -95,6 +95,20 @@ def test_json_patch_test_failure_is_422(kube, ns):
     assert patched["spec"]["replicas"] == 2
 
 
+def test_json_patch_guard_on_missing_finalizers_is_null(kube, ns):
+    # kube::AddFinalizer's guard for an object without finalizers; a real API server accepts it.
+    kube.create(WIDGETS % ns, widget("a", ns))
+    patched = kube.json_patch(WIDGETS % ns + "/a", [
+        {"op": "test", "path": "/metadata/finalizers", "value": None},
+        {"op": "add", "path": "/metadata/finalizers", "value": ["sluice.dev/drain"]}])
+    assert patched["metadata"]["finalizers"] == ["sluice.dev/drain"]
+    with pytest.raises(ApiException) as exc:  # now the list exists: the same guard fails
+        kube.json_patch(WIDGETS % ns + "/a", [
+            {"op": "test", "path": "/metadata/finalizers", "value": None},
+            {"op": "add", "path": "/metadata/finalizers", "value": ["other"]}])
+    assert exc.value.status == 422
+
+
 def test_strategic_merge_patch_merges_containers_by_name(kube, ns):
     body = pod("p")
     body["spec"]["containers"].append({"name": "side", "image": "busybox:1.36"})

@@ -140,6 +140,22 @@ def test_merge_and_json_patch():
         patch.json_patch(doc, [{"op": "test", "path": "/spec/a", "value": 2}])
     with pytest.raises(patch.PatchError):
         patch.json_patch(doc, [{"op": "remove", "path": "/nope"}])
+
+
+def test_json_patch_test_of_a_missing_member_is_null():
+    # As evanphx/json-patch (the real API server's library): a missing member of an existing object tests
+    # equal to null, and only to null; a missing parent or an index out of range fails the test.
+    doc = {"metadata": {"name": "a"}, "list": [1]}
+    guarded = [{"op": "test", "path": "/metadata/finalizers", "value": None},
+               {"op": "add", "path": "/metadata/finalizers", "value": ["x"]}]
+    assert patch.json_patch(doc, guarded)["metadata"]["finalizers"] == ["x"]
+    assert patch.json_patch({"a": None}, [{"op": "test", "path": "/a", "value": None}]) == {"a": None}
+    for failing in ({"op": "test", "path": "/metadata/finalizers", "value": []},
+                    {"op": "test", "path": "/metadata/labels/x", "value": None},
+                    {"op": "test", "path": "/list/3", "value": None},
+                    {"op": "test", "path": "/metadata/name", "value": None}):
+        with pytest.raises(patch.PatchError):
+            patch.json_patch(doc, [failing])
     with pytest.raises(patch.MalformedPatch):
         patch.json_patch(doc, {"op": "add"})
     with pytest.raises(patch.MalformedPatch):
