@@ -1,0 +1,161 @@
+#include "dataplane/worker/element_buffer.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace sluice::worker {
+
+absl::StatusOr<std::optional<pipeline::Codec>> CodecFor(service::Compression compression) {
+  switch (compression) {
+    case service::COMPRESSION_AUTO: return std::optional<pipeline::Codec>();
+    case service::COMPRESSION_NONE: return std::optional<pipeline::Codec>(pipeline::Codec::kNone);
+    case service::COMPRESSION_LZ4: return std::optional<pipeline::Codec>(pipeline::Codec::kLz4);
+    case service::COMPRESSION_ZSTD: return std::optional<pipeline::Codec>(pipeline::Codec::kZstd);
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "compression: unknown value ", static_cast<int>(compression),
+          "; use COMPRESSION_AUTO (0), COMPRESSION_NONE (1), COMPRESSION_LZ4 (2) or COMPRESSION_ZSTD (3)"));
+  }
+}
+
+service::Compression ToCompression(pipeline::Codec codec) {
+  switch (codec) {
+    case pipeline::Codec::kNone: return service::COMPRESSION_NONE;
+    case pipeline::Codec::kLz4: return service::COMPRESSION_LZ4;
+    case pipeline::Codec::kZstd: return service::COMPRESSION_ZSTD;
+  }
+  return service::COMPRESSION_NONE;
+}
+
+absl::StatusOr<EncodedElementPtr> EncodeForWire(const pipeline::Element& element, service::Compression compression) {
+  auto wanted = CodecFor(compression);
+  if (!wanted.ok()) return wanted.status();
+  auto out = std::make_shared<EncodedElement>();
+  std::string raw = pipeline::EncodeElement(element);
+  out->uncompressed_size = raw.size();
+  out->codec = wanted->has_value() ? **wanted : pipeline::ChooseCodec(raw);
+  if (out->codec == pipeline::Codec::kNone) {
+    out->data = std::move(raw);
+  } else {
+    auto compressed = pipeline::Compress(raw, out->codec);
+    if (!compressed.ok()) return compressed.status();
+    out->data = *std::move(compressed);
+  }
+  return out;
+}
+
+absl::Status FillElementData(EncodedElementPtr element, std::optional<pipeline::Codec> wanted,
+                             service::ElementData* out) {
+  // Only this holder can reach the element when the count is one (no weak references exist).
+  const bool sole_owner = element.use_count() == 1;
+  if (wanted.has_value() && *wanted != element->codec) {
+    std::string raw;
+    if (element->codec == pipeline::Codec::kNone) {
+      raw = sole_owner ? std::move(element->data) : element->data;
+    } else {
+      auto decompressed = pipeline::Decompress(element->data, element->codec, element->uncompressed_size);
+      if (!decompressed.ok()) return decompressed.status();
+      raw = *std::move(decompressed);
+    }
+    if (*wanted != pipeline::Codec::kNone) {
+      auto compressed = pipeline::Compress(raw, *wanted);
+      if (!compressed.ok()) return compressed.status();
+      raw = *std::move(compressed);
+    }
+    *out->mutable_data() = std::move(raw);
+    out->set_compression(ToCompression(*wanted));
+  } else {
+    if (sole_owner) {
+      *out->mutable_data() = std::move(element->data);
+    } else {
+      out->set_data(element->data);
+    }
+    out->set_compression(ToCompression(element->codec));
+  }
+  out->set_uncompressed_size(element->uncompressed_size);
+  return absl::OkStatus();
+}
+
+ElementBuffer::ElementBuffer(size_t max_elements, size_t max_bytes)
+    : max_elements_(std::max<size_t>(1, max_elements)), max_bytes_(std::max<size_t>(1, max_bytes)) {}
+
+bool ElementBuffer::Push(EncodedElementPtr element, CancelToken* cancel) {
+  CancelCallback wake(cancel, [this] { absl::MutexLock lock(&mu_); });
+  absl::MutexLock lock(&mu_);
+  const size_t size = element->data.size();
+  auto has_room = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return queue_.empty() || (queue_.size() < max_elements_ && bytes_ + size <= max_bytes_);
+  };
+  // Cancellation only ends a wait: with room, the element goes in.
+  auto can_go_on = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closed_ || has_room() || IsCancelled(cancel); };
+  mu_.Await(absl::Condition(&can_go_on));
+  if (closed_ || !has_room()) return false;
+  bytes_ += size;
+  queue_.push_back(std::move(element));
+  return true;
+}
+
+void ElementBuffer::Close(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  if (closed_) return;
+  closed_ = true;
+  close_status_ = std::move(status);
+}
+
+void ElementBuffer::Abort(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  queue_.clear();
+  bytes_ = 0;
+  if (!closed_) {
+    closed_ = true;
+    close_status_ = std::move(status);
+  }
+}
+
+absl::StatusOr<ElementBuffer::Batch> ElementBuffer::Pop(size_t max_elements, size_t max_bytes, CancelToken* cancel) {
+  CancelCallback wake(cancel, [this] { absl::MutexLock lock(&mu_); });
+  absl::MutexLock lock(&mu_);
+  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty() || closed_ || IsCancelled(cancel); };
+  mu_.Await(absl::Condition(&ready));
+  // Cancellation only ends a wait: what is there is handed out.
+  if (queue_.empty() && !closed_) return absl::CancelledError("read cancelled");
+  Batch batch;
+  size_t batch_bytes = 0;
+  max_elements = std::max<size_t>(1, max_elements);
+  while (!queue_.empty() && batch.elements.size() < max_elements) {
+    size_t size = queue_.front()->data.size();
+    if (!batch.elements.empty() && batch_bytes + size > max_bytes) break;
+    batch_bytes += size;
+    bytes_ -= size;
+    batch.elements.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+  if (batch.elements.empty()) {
+    if (!close_status_.ok()) return close_status_;
+    batch.end_of_sequence = true;
+  }
+  return batch;
+}
+
+size_t ElementBuffer::size() const {
+  absl::MutexLock lock(&mu_);
+  return queue_.size();
+}
+
+size_t ElementBuffer::bytes() const {
+  absl::MutexLock lock(&mu_);
+  return bytes_;
+}
+
+bool ElementBuffer::closed() const {
+  absl::MutexLock lock(&mu_);
+  return closed_;
+}
+
+bool ElementBuffer::drained() const {
+  absl::MutexLock lock(&mu_);
+  return closed_ && close_status_.ok() && queue_.empty();
+}
+
+}  // namespace sluice::worker

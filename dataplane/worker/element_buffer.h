@@ -1,0 +1,92 @@
+// Encoded elements and the bounded buffer between a task's producer and its readers.
+//
+// EncodedElement is an element as it goes on the wire: the element codec's bytes, compressed.
+// ElementBuffer is a FIFO bounded by element count and bytes (one element is always admitted, so a
+// single element larger than the byte bound still passes). All readers of a task pop from the same
+// buffer, so each element goes to exactly one reader (job sharing).
+//
+// Threading: ElementBuffer is thread-safe; any number of producers and readers. Blocking calls take
+// a CancelToken (may be null) that interrupts them.
+#ifndef SLUICE_DATAPLANE_WORKER_ELEMENT_BUFFER_H_
+#define SLUICE_DATAPLANE_WORKER_ELEMENT_BUFFER_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "dataplane/pipeline/element_codec.h"
+#include "dataplane/pipeline/tensor.h"
+#include "dataplane/worker/cancel_token.h"
+#include "dataservice.pb.h"
+
+namespace sluice::worker {
+
+struct EncodedElement {
+  std::string data;  // EncodeElement bytes, compressed with `codec`
+  pipeline::Codec codec = pipeline::Codec::kNone;
+  uint64_t uncompressed_size = 0;
+};
+// Shared because cross-job sharing hands one element to several jobs; a holder that owns the only
+// reference may move the bytes out (see TakeOrCopyData).
+using EncodedElementPtr = std::shared_ptr<EncodedElement>;
+
+// Encodes `element` and compresses it: COMPRESSION_AUTO picks with pipeline::ChooseCodec.
+absl::StatusOr<EncodedElementPtr> EncodeForWire(const pipeline::Element& element, service::Compression compression);
+
+// The codec a compression setting asks for; nullopt for AUTO (any codec will do).
+absl::StatusOr<std::optional<pipeline::Codec>> CodecFor(service::Compression compression);
+service::Compression ToCompression(pipeline::Codec codec);
+
+// Fills `out` from `element`, moving the bytes when `element` is the only reference, copying
+// otherwise. Re-compresses when `wanted` names a codec other than the element's.
+absl::Status FillElementData(EncodedElementPtr element, std::optional<pipeline::Codec> wanted,
+                             service::ElementData* out);
+
+class ElementBuffer {
+ public:
+  ElementBuffer(size_t max_elements, size_t max_bytes);
+
+  // Appends, waiting while the buffer is full. False when the buffer is closed, or when `cancel`
+  // fires while waiting for room.
+  bool Push(EncodedElementPtr element, CancelToken* cancel);
+  // No more elements: OK = end of data (readers get end_of_sequence once the buffer is empty);
+  // an error is returned to readers once the buffer is empty. The first Close wins.
+  void Close(absl::Status status);
+  // Closes at once, dropping what is buffered (task deletion).
+  void Abort(absl::Status status);
+
+  struct Batch {
+    std::vector<EncodedElementPtr> elements;
+    bool end_of_sequence = false;  // closed OK and nothing left
+  };
+  // Takes at least one element and then whatever else is buffered, up to `max_elements` and
+  // `max_bytes` (the first element always counts). Waits until an element is available or the
+  // buffer is closed and empty. CANCELLED when `cancel` fires; the close status when closed with an
+  // error and empty.
+  absl::StatusOr<Batch> Pop(size_t max_elements, size_t max_bytes, CancelToken* cancel);
+
+  size_t size() const;
+  size_t bytes() const;
+  bool closed() const;
+  // Closed OK and empty: every element was handed out.
+  bool drained() const;
+
+ private:
+  const size_t max_elements_;
+  const size_t max_bytes_;
+  mutable absl::Mutex mu_;
+  std::deque<EncodedElementPtr> queue_ ABSL_GUARDED_BY(mu_);
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status close_status_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace sluice::worker
+
+#endif  // SLUICE_DATAPLANE_WORKER_ELEMENT_BUFFER_H_

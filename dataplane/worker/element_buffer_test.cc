@@ -1,0 +1,197 @@
+// ElementBuffer bounds and hand-out, the wire encoding of elements, and cancellation tokens.
+#include "dataplane/worker/element_buffer.h"
+
+#include <catch2/catch.hpp>
+
+#include <thread>
+
+#include "dataplane/worker/worker_test_util.h"
+
+namespace sluice::worker {
+namespace {
+
+EncodedElementPtr Bytes(size_t n, char fill = 'x') {
+  auto e = std::make_shared<EncodedElement>();
+  e->data.assign(n, fill);
+  e->uncompressed_size = n;
+  return e;
+}
+
+pipeline::Element IntElement(int64_t v) {
+  pipeline::Element e;
+  e.Set("value", pipeline::Tensor::Scalar(v));
+  return e;
+}
+
+pipeline::Element BigElement(size_t n) {
+  pipeline::Element e;
+  e.Set("data", pipeline::Tensor::Allocate(pipeline::DType::kUInt8, {static_cast<int64_t>(n)}));  // zeros
+  e.Set("value", pipeline::Tensor::Scalar(int64_t{7}));
+  return e;
+}
+
+TEST_CASE("worker_buffer: a full buffer (by elements) makes the producer wait") {
+  ElementBuffer buffer(4, 1 << 20);
+  for (int i = 0; i < 4; ++i) REQUIRE(buffer.Push(Bytes(10), nullptr));
+  CancelToken token;
+  bool pushed = true;
+  std::thread producer([&] { pushed = buffer.Push(Bytes(10), &token); });
+  token.Cancel();  // Push returns false only if it had to wait for room
+  producer.join();
+  CHECK_FALSE(pushed);
+  CHECK(buffer.size() == 4);
+  auto batch = buffer.Pop(1, 1 << 20, nullptr);
+  REQUIRE(batch.ok());
+  CHECK(buffer.Push(Bytes(10), nullptr));
+  CHECK(buffer.size() == 4);
+}
+
+TEST_CASE("worker_buffer: bytes bound the buffer, but one oversized element always fits") {
+  ElementBuffer buffer(100, 1000);
+  REQUIRE(buffer.Push(Bytes(5000), nullptr));  // empty buffer: admitted
+  CHECK(buffer.bytes() == 5000);
+  CancelToken token;
+  bool pushed = true;
+  std::thread producer([&] { pushed = buffer.Push(Bytes(10), &token); });
+  token.Cancel();
+  producer.join();
+  CHECK_FALSE(pushed);
+  REQUIRE(buffer.Pop(10, 1 << 20, nullptr).ok());
+  CHECK(buffer.Push(Bytes(600), nullptr));
+  CancelToken token2;
+  std::thread producer2([&] { pushed = buffer.Push(Bytes(600), &token2); });
+  token2.Cancel();
+  producer2.join();
+  CHECK_FALSE(pushed);  // 600 + 600 > 1000
+}
+
+TEST_CASE("worker_buffer: Pop packs up to max_elements and max_bytes, at least one") {
+  ElementBuffer buffer(100, 1 << 20);
+  for (int i = 0; i < 10; ++i) REQUIRE(buffer.Push(Bytes(100, static_cast<char>('a' + i)), nullptr));
+  auto four = buffer.Pop(4, 1 << 20, nullptr);
+  REQUIRE(four.ok());
+  CHECK(four->elements.size() == 4);
+  CHECK(four->elements[0]->data[0] == 'a');
+  auto by_bytes = buffer.Pop(100, 250, nullptr);
+  REQUIRE(by_bytes.ok());
+  CHECK(by_bytes->elements.size() == 2);
+  auto tiny = buffer.Pop(100, 1, nullptr);
+  REQUIRE(tiny.ok());
+  CHECK(tiny->elements.size() == 1);
+  CHECK(tiny->elements[0]->data[0] == 'g');
+  CHECK(buffer.size() == 3);
+}
+
+TEST_CASE("worker_buffer: end of sequence after the last element, errors after the buffered ones") {
+  ElementBuffer ok_buffer(10, 1 << 20);
+  REQUIRE(ok_buffer.Push(Bytes(1), nullptr));
+  ok_buffer.Close(absl::OkStatus());
+  CHECK_FALSE(ok_buffer.drained());
+  auto first = ok_buffer.Pop(10, 1 << 20, nullptr);
+  REQUIRE(first.ok());
+  CHECK(first->elements.size() == 1);
+  CHECK_FALSE(first->end_of_sequence);
+  auto end = ok_buffer.Pop(10, 1 << 20, nullptr);
+  REQUIRE(end.ok());
+  CHECK(end->end_of_sequence);
+  CHECK(ok_buffer.drained());
+
+  ElementBuffer failed(10, 1 << 20);
+  REQUIRE(failed.Push(Bytes(1), nullptr));
+  failed.Close(absl::DataLossError("file.tfrecord: bad crc at offset 12"));
+  CHECK(failed.Pop(10, 1 << 20, nullptr).ok());
+  auto error = failed.Pop(10, 1 << 20, nullptr);
+  REQUIRE_FALSE(error.ok());
+  CHECK(absl::IsDataLoss(error.status()));
+  CHECK_FALSE(failed.Push(Bytes(1), nullptr));  // closed
+
+  ElementBuffer aborted(10, 1 << 20);
+  REQUIRE(aborted.Push(Bytes(1), nullptr));
+  aborted.Abort(absl::NotFoundError("deleted"));
+  CHECK(absl::IsNotFound(aborted.Pop(10, 1 << 20, nullptr).status()));
+}
+
+TEST_CASE("worker_buffer: a waiting reader is woken by cancellation and by close") {
+  ElementBuffer buffer(10, 1 << 20);
+  CancelToken token;
+  absl::Status status;
+  std::thread reader([&] { status = buffer.Pop(1, 1 << 20, &token).status(); });
+  token.Cancel();
+  reader.join();
+  CHECK(absl::IsCancelled(status));
+  bool end = false;
+  std::thread reader2([&] {
+    auto b = buffer.Pop(1, 1 << 20, nullptr);
+    end = b.ok() && b->end_of_sequence;
+  });
+  buffer.Close(absl::OkStatus());
+  reader2.join();
+  CHECK(end);
+}
+
+TEST_CASE("worker_encoding: AUTO leaves small elements uncompressed and compresses big compressible ones") {
+  auto small = EncodeForWire(IntElement(3), service::COMPRESSION_AUTO);
+  REQUIRE(small.ok());
+  CHECK((*small)->codec == pipeline::Codec::kNone);
+  CHECK((*small)->data.size() == (*small)->uncompressed_size);
+  auto big = EncodeForWire(BigElement(64 << 10), service::COMPRESSION_AUTO);
+  REQUIRE(big.ok());
+  CHECK((*big)->codec == pipeline::Codec::kLz4);
+  CHECK((*big)->data.size() < (*big)->uncompressed_size / 4);
+  auto zstd = EncodeForWire(BigElement(64 << 10), service::COMPRESSION_ZSTD);
+  REQUIRE(zstd.ok());
+  CHECK((*zstd)->codec == pipeline::Codec::kZstd);
+  auto none = EncodeForWire(BigElement(64 << 10), service::COMPRESSION_NONE);
+  REQUIRE(none.ok());
+  CHECK((*none)->codec == pipeline::Codec::kNone);
+  auto bad = EncodeForWire(IntElement(1), static_cast<service::Compression>(77));
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(std::string(bad.status().message()), Catch::Contains("compression: unknown value 77"));
+}
+
+TEST_CASE("worker_encoding: FillElementData moves a sole element, copies a shared one, transcodes on request") {
+  auto encoded = EncodeForWire(BigElement(64 << 10), service::COMPRESSION_LZ4);
+  REQUIRE(encoded.ok());
+  EncodedElementPtr shared = *encoded;
+  EncodedElementPtr other_holder = shared;
+  service::ElementData copied;
+  REQUIRE(FillElementData(shared, std::nullopt, &copied).ok());
+  CHECK_FALSE(other_holder->data.empty());  // still shared: copied
+  CHECK(copied.compression() == service::COMPRESSION_LZ4);
+  CHECK(testing::DecodeInt(copied) == 7);
+
+  for (auto [wanted, compression] : std::vector<std::pair<pipeline::Codec, service::Compression>>{
+           {pipeline::Codec::kNone, service::COMPRESSION_NONE},
+           {pipeline::Codec::kZstd, service::COMPRESSION_ZSTD},
+           {pipeline::Codec::kLz4, service::COMPRESSION_LZ4}}) {
+    service::ElementData data;
+    REQUIRE(FillElementData(other_holder, wanted, &data).ok());
+    CHECK(data.compression() == compression);
+    CHECK(testing::DecodeInt(data) == 7);
+  }
+
+  service::ElementData moved;
+  const size_t size = other_holder->data.size();
+  shared.reset();
+  REQUIRE(FillElementData(std::move(other_holder), std::nullopt, &moved).ok());
+  CHECK(moved.data().size() == size);
+}
+
+TEST_CASE("worker_cancel_token runs callbacks once and not after Unregister") {
+  CancelToken token;
+  int calls = 0;
+  int64_t handle = token.Register([&] { ++calls; });
+  int64_t removed = token.Register([&] { calls += 100; });
+  token.Unregister(removed);
+  CHECK_FALSE(token.cancelled());
+  token.Cancel();
+  token.Cancel();
+  CHECK(calls == 1);
+  token.Unregister(handle);
+  token.Register([&] { calls += 10; });  // already cancelled: runs at once
+  CHECK(calls == 11);
+  CHECK(token.WaitFor(absl::Hours(1)));
+}
+
+}  // namespace
+}  // namespace sluice::worker

@@ -1,0 +1,263 @@
+#include "dataplane/worker/grpc_worker.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/log.h"
+
+namespace sluice::worker {
+namespace {
+
+std::chrono::system_clock::time_point ToChrono(absl::Time t) { return absl::ToChronoTime(t); }
+
+// Runs one unary call through the stub's callback API, waiting for it while honouring the token.
+template <typename Request, typename Response, typename Start>
+absl::StatusOr<Response> Call(const Request& request, const CallOptions& options, absl::Duration timeout, Start start) {
+  grpc::ClientContext context;
+  context.set_deadline(ToChrono(std::min(options.deadline, absl::Now() + timeout)));
+  Response response;
+  grpc::Status status;
+  absl::Notification done;
+  start(&context, &request, &response, [&](grpc::Status s) {
+    status = std::move(s);
+    done.Notify();
+  });
+  {
+    CancelCallback on_cancel(options.cancel, [&context] { context.TryCancel(); });
+    done.WaitForNotification();
+  }
+  if (!status.ok()) return rpc::ToAbsl(status);
+  return response;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- GrpcDispatcherClient
+
+GrpcDispatcherClient::GrpcDispatcherClient(std::shared_ptr<grpc::Channel> channel, absl::Duration call_timeout)
+    : stub_(service::Dispatcher::NewStub(std::move(channel))), call_timeout_(call_timeout) {}
+
+absl::StatusOr<service::WorkerHeartbeatResponse> GrpcDispatcherClient::WorkerHeartbeat(
+    const service::WorkerHeartbeatRequest& request, const CallOptions& options) {
+  return Call<service::WorkerHeartbeatRequest, service::WorkerHeartbeatResponse>(
+      request, options, call_timeout_, [this](auto* c, auto* req, auto* resp, auto cb) {
+        stub_->async()->WorkerHeartbeat(c, req, resp, std::move(cb));
+      });
+}
+
+absl::StatusOr<service::GetSplitsResponse> GrpcDispatcherClient::GetSplits(const service::GetSplitsRequest& request,
+                                                                           const CallOptions& options) {
+  return Call<service::GetSplitsRequest, service::GetSplitsResponse>(
+      request, options, call_timeout_,
+      [this](auto* c, auto* req, auto* resp, auto cb) { stub_->async()->GetSplits(c, req, resp, std::move(cb)); });
+}
+
+absl::Status GrpcDispatcherClient::WorkerDeregister(const service::WorkerDeregisterRequest& request,
+                                                    const CallOptions& options) {
+  return Call<service::WorkerDeregisterRequest, service::WorkerDeregisterResponse>(
+             request, options, call_timeout_,
+             [this](auto* c, auto* req, auto* resp, auto cb) {
+               stub_->async()->WorkerDeregister(c, req, resp, std::move(cb));
+             })
+      .status();
+}
+
+// ---------------------------------------------------------------- CallThreads
+
+void CallThreads::Spawn(std::function<void()> fn) {
+  std::list<Entry> finished;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = threads_.begin(); it != threads_.end();) {
+      auto next = std::next(it);
+      if (it->done) finished.splice(finished.end(), threads_, it);
+      it = next;
+    }
+    threads_.emplace_back();
+    Entry* entry = &threads_.back();  // list nodes do not move
+    ++active_;
+    entry->thread = std::thread([this, entry, fn = std::move(fn)] {
+      fn();
+      absl::MutexLock lock(&mu_);
+      entry->done = true;
+      --active_;
+    });
+  }
+  for (auto& e : finished) e.thread.join();
+}
+
+size_t CallThreads::active() const {
+  absl::MutexLock lock(&mu_);
+  return active_;
+}
+
+bool CallThreads::WaitForIdle(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return active_ == 0; };
+  return mu_.AwaitWithDeadline(absl::Condition(&idle), deadline);
+}
+
+void CallThreads::JoinAll() {
+  std::list<Entry> all;
+  {
+    absl::MutexLock lock(&mu_);
+    all.swap(threads_);
+  }
+  for (auto& e : all) e.thread.join();
+}
+
+// ---------------------------------------------------------------- WorkerService
+
+namespace {
+
+// One GetElements stream. Its sender thread runs WorkerImpl::StreamElements, writing one response
+// at a time; gRPC calls OnWriteDone/OnCancel/OnDone on its own threads. The reactor deletes itself in
+// OnDone, which gRPC calls only after Finish, and Finish is the sender thread's last act.
+class ElementStreamReactor : public grpc::ServerWriteReactor<service::GetElementsResponse> {
+ public:
+  ElementStreamReactor(WorkerImpl* worker, service::GetElementsRequest request)
+      : worker_(worker), request_(std::move(request)) {}
+
+  void Run() {
+    absl::Status status;
+    if (worker_ == nullptr) {
+      status = absl::UnavailableError("the worker is starting up");
+    } else {
+      status = worker_->StreamElements(request_, &cancel_, [this](service::GetElementsResponse& r) { return Write(r); });
+    }
+    if (absl::IsCancelled(status) && cancel_.cancelled()) status = absl::CancelledError("the client cancelled the stream");
+    Finish(rpc::ToGrpc(status));
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    write_pending_ = false;
+    write_ok_ = ok;
+  }
+  void OnCancel() override { cancel_.Cancel(); }
+  void OnDone() override { delete this; }
+
+ private:
+  bool Write(service::GetElementsResponse& response) {
+    response_.Swap(&response);
+    {
+      absl::MutexLock lock(&mu_);
+      write_pending_ = true;
+    }
+    StartWrite(&response_);
+    absl::MutexLock lock(&mu_);
+    // OnWriteDone always comes, with ok=false when the stream broke or was cancelled.
+    mu_.Await(absl::Condition(+[](bool* pending) { return !*pending; }, &write_pending_));
+    response_.Clear();
+    return write_ok_;
+  }
+
+  WorkerImpl* const worker_;
+  const service::GetElementsRequest request_;
+  CancelToken cancel_;
+  service::GetElementsResponse response_;  // the write in flight
+  absl::Mutex mu_;
+  bool write_pending_ ABSL_GUARDED_BY(mu_) = false;
+  bool write_ok_ ABSL_GUARDED_BY(mu_) = true;
+};
+
+class ElementReactor : public grpc::ServerUnaryReactor {
+ public:
+  ElementReactor(WorkerImpl* worker, const service::GetElementsRequest* request, service::GetElementsResponse* response)
+      : worker_(worker), request_(request), response_(response) {}
+
+  void Run() {
+    absl::Status status;
+    if (worker_ == nullptr) {
+      status = absl::UnavailableError("the worker is starting up");
+    } else {
+      auto result = worker_->GetElement(*request_, &cancel_);
+      if (result.ok()) {
+        response_->Swap(&*result);
+      } else {
+        status = result.status();
+      }
+    }
+    Finish(rpc::ToGrpc(status));
+  }
+  void OnCancel() override { cancel_.Cancel(); }
+  void OnDone() override { delete this; }
+
+ private:
+  WorkerImpl* const worker_;
+  const service::GetElementsRequest* const request_;
+  service::GetElementsResponse* const response_;
+  CancelToken cancel_;
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<service::GetElementsResponse>* WorkerService::GetElements(
+    grpc::CallbackServerContext*, const service::GetElementsRequest* request) {
+  auto* reactor = new ElementStreamReactor(worker_.load(), *request);
+  ++streams_started_;
+  threads_.Spawn([reactor] { reactor->Run(); });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* WorkerService::GetElement(grpc::CallbackServerContext*, const service::GetElementsRequest* request,
+                                                    service::GetElementsResponse* response) {
+  auto* reactor = new ElementReactor(worker_.load(), request, response);
+  threads_.Spawn([reactor] { reactor->Run(); });
+  return reactor;
+}
+
+// ---------------------------------------------------------------- WorkerServer
+
+absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerServerOptions& options) {
+  auto creds = rpc::MakeServerCredentials(options.tls);
+  if (!creds.ok()) return creds.status();
+  std::unique_ptr<WorkerServer> server(new WorkerServer());
+  server->service_ = std::make_unique<WorkerService>();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen_address, *creds, &server->port_);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  // Clients keep idle connections alive with pings (dataplane/rpc); allow them.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.RegisterService(server->service_.get());
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen_address,
+                                               " (port in use, or a bad address); choose another --port"));
+  }
+  return server;
+}
+
+WorkerServer::~WorkerServer() { Shutdown(absl::Now()); }
+
+void WorkerServer::Shutdown(absl::Time deadline) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  server_->Shutdown(ToChrono(deadline));
+  service_->threads().JoinAll();
+}
+
+void WorkerServer::GracefulShutdown(WorkerImpl& worker, absl::Duration budget) {
+  const absl::Time start = absl::Now();
+  // Phase budgets: serve buffered data and bound rounds for up to 40%, deregister by 60%, then stop.
+  const absl::Time serve_until = start + budget * 0.4;
+  const absl::Time deregister_until = start + budget * 0.6;
+  const absl::Time shutdown_until = start + budget * 0.8;
+  worker.BeginDrain();
+  // Tell the dispatcher at once, so it assigns nothing new here meanwhile.
+  CallOptions draining_heartbeat;
+  draining_heartbeat.deadline = serve_until;
+  (void)worker.Heartbeat(draining_heartbeat);
+  const bool rounds_done = worker.WaitForInFlightRounds(serve_until);
+  const bool streams_done = service_->threads().WaitForIdle(serve_until);
+  (void)worker.Deregister(deregister_until);
+  Shutdown(shutdown_until);
+  worker.Stop();
+  SLUICE_LOG(Info, "worker stopped")
+      .With("rounds_completed", rounds_done)
+      .With("streams_finished", streams_done)
+      .With("shutdown_ms", absl::ToInt64Milliseconds(absl::Now() - start));
+}
+
+}  // namespace sluice::worker

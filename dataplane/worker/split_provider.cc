@@ -1,0 +1,194 @@
+#include "dataplane/worker/split_provider.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+
+namespace sluice::worker {
+
+pipeline::Split FromProto(const service::Split& split) {
+  return pipeline::Split{split.index(), split.path(), split.begin(), split.end()};
+}
+
+service::Split ToProto(const pipeline::Split& split) {
+  service::Split out;
+  out.set_index(split.index);
+  out.set_path(split.path);
+  out.set_begin(split.begin);
+  out.set_end(split.end);
+  return out;
+}
+
+DispatcherSplitProvider::DispatcherSplitProvider(DispatcherClient* dispatcher, int64_t task_id,
+                                                 std::string worker_address, SplitProviderOptions options)
+    : dispatcher_(dispatcher),
+      task_id_(task_id),
+      worker_address_(std::move(worker_address)),
+      options_([&] {
+        options.max_splits = std::max(1, options.max_splits);
+        return options;
+      }()),
+      refill_threshold_(options_.refill_threshold >= 0
+                            ? static_cast<size_t>(std::min(options_.refill_threshold, options_.max_splits - 1))
+                            : static_cast<size_t>(options_.max_splits / 4)) {
+  fetcher_ = std::thread([this] { FetchLoop(); });
+}
+
+DispatcherSplitProvider::~DispatcherSplitProvider() {
+  Cancel();
+  fetcher_.join();
+}
+
+void DispatcherSplitProvider::Cancel() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+  }
+  cancel_.Cancel();
+}
+
+bool DispatcherSplitProvider::NeedFetch() const {
+  return !stopped_ && error_.ok() && !end_of_splits_ && !fetch_in_flight_ && queue_.size() <= refill_threshold_;
+}
+
+void DispatcherSplitProvider::FetchLoop() {
+  absl::Duration error_backoff = options_.initial_backoff;
+  absl::Duration poll_backoff = options_.initial_backoff;
+  bool warned = false;
+  while (true) {
+    service::GetSplitsRequest request;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](DispatcherSplitProvider* self) ABSL_NO_THREAD_SAFETY_ANALYSIS { return self->stopped_ || self->NeedFetch(); },
+          this));
+      if (stopped_) return;
+      request.set_task_id(task_id_);
+      request.set_worker_address(worker_address_);
+      request.set_max_splits(options_.max_splits - static_cast<int>(queue_.size()));
+      request.set_epoch(epoch_);
+      for (uint64_t index : unreported_starts_) request.add_started_split_indices(index);
+      unreported_starts_.clear();
+      fetch_in_flight_ = true;
+    }
+    absl::StatusOr<service::GetSplitsResponse> response = dispatcher_->GetSplits(request, CallOptions{&cancel_});
+    absl::Duration wait = absl::ZeroDuration();
+    {
+      absl::MutexLock lock(&mu_);
+      fetch_in_flight_ = false;
+      ++calls_;
+      if (!response.ok()) {
+        // The acknowledgements may not have arrived: send them again next time.
+        unreported_starts_.insert(unreported_starts_.begin(), request.started_split_indices().begin(),
+                                  request.started_split_indices().end());
+        if (stopped_) return;
+        if (IsRetryableDispatcherError(response.status())) {
+          if (!warned) {
+            SLUICE_LOG(Warning, "GetSplits failed; retrying with backoff")
+                .With("task_id", task_id_)
+                .With("error", response.status().ToString());
+            warned = true;
+          }
+          wait = error_backoff;
+          error_backoff = std::min(error_backoff * 2, options_.max_backoff);
+        } else {
+          error_ = absl::Status(response.status().code(),
+                                absl::StrCat("GetSplits for task_id ", task_id_, " (epoch ", epoch_,
+                                             ") failed: ", response.status().message()));
+        }
+      } else {
+        error_backoff = options_.initial_backoff;
+        warned = false;
+        if (response->splits().empty() && !response->end_of_splits()) {
+          // Nothing to hand out yet (e.g. the next epoch is not open): ask again later.
+          wait = poll_backoff;
+          poll_backoff = std::min(poll_backoff * 2, options_.max_backoff);
+        } else {
+          poll_backoff = options_.initial_backoff;
+          if (!response->splits().empty() && response->epoch() != epoch_) {
+            // Splits handed to this task must be read, or the dispatcher's epoch never completes.
+            SLUICE_LOG(Warning, "GetSplits answered for another epoch; reading the splits anyway")
+                .With("task_id", task_id_)
+                .With("epoch", epoch_)
+                .With("response_epoch", response->epoch());
+          }
+          for (const auto& split : response->splits()) queue_.push_back(FromProto(split));
+          end_of_splits_ = response->end_of_splits();
+        }
+      }
+    }
+    if (wait > absl::ZeroDuration() && cancel_.WaitFor(wait)) return;
+  }
+}
+
+absl::StatusOr<std::optional<pipeline::Split>> DispatcherSplitProvider::GetNext() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](DispatcherSplitProvider* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return self->stopped_ || !self->queue_.empty() || self->end_of_splits_ || !self->error_.ok();
+      },
+      this));
+  if (stopped_) return absl::CancelledError(absl::StrCat("task_id ", task_id_, ": split provider cancelled"));
+  if (!queue_.empty()) {
+    pipeline::Split split = std::move(queue_.front());
+    queue_.pop_front();
+    unreported_starts_.push_back(split.index);
+    ++started_;
+    return std::optional<pipeline::Split>(std::move(split));
+  }
+  if (!error_.ok()) return error_;
+  return std::optional<pipeline::Split>();
+}
+
+absl::Status DispatcherSplitProvider::Reset() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](DispatcherSplitProvider* self) ABSL_NO_THREAD_SAFETY_ANALYSIS { return self->stopped_ || !self->fetch_in_flight_; },
+      this));
+  if (stopped_) return absl::CancelledError(absl::StrCat("task_id ", task_id_, ": split provider cancelled"));
+  if (!error_.ok()) return error_;
+  if (!end_of_splits_) {
+    // The pipeline stopped reading mid-epoch (e.g. `take` before `repeat`). The splits still queued
+    // were handed to this task; acknowledge them as started so the dispatcher neither waits for them
+    // nor hands them out twice.
+    SLUICE_LOG(Warning, "epoch reset before the end of its splits; dropping the queued splits")
+        .With("task_id", task_id_)
+        .With("epoch", epoch_)
+        .With("dropped", static_cast<int64_t>(queue_.size()));
+    for (const auto& split : queue_) unreported_starts_.push_back(split.index);
+  }
+  queue_.clear();
+  ++epoch_;
+  end_of_splits_ = false;
+  return absl::OkStatus();
+}
+
+std::vector<uint64_t> DispatcherSplitProvider::TakeUnreportedStarts() {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint64_t> out;
+  out.swap(unreported_starts_);
+  return out;
+}
+
+void DispatcherSplitProvider::RestoreUnreportedStarts(const std::vector<uint64_t>& indices) {
+  absl::MutexLock lock(&mu_);
+  unreported_starts_.insert(unreported_starts_.begin(), indices.begin(), indices.end());
+}
+
+int64_t DispatcherSplitProvider::epoch() const {
+  absl::MutexLock lock(&mu_);
+  return epoch_;
+}
+
+int64_t DispatcherSplitProvider::get_splits_calls() const {
+  absl::MutexLock lock(&mu_);
+  return calls_;
+}
+
+int64_t DispatcherSplitProvider::splits_started() const {
+  absl::MutexLock lock(&mu_);
+  return started_;
+}
+
+}  // namespace sluice::worker

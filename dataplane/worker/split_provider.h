@@ -1,0 +1,98 @@
+// DispatcherSplitProvider: the pipeline's SplitProvider under SHARDING_DYNAMIC. It fetches splits
+// from the dispatcher in batches (GetSplits with max_splits), keeps a small local queue and refills
+// it in the background before it runs dry, so the source rarely waits for an RPC and the dispatcher
+// sees one call per several splits rather than one per split or per element.
+//
+// Protocol (see docs/dataservice-worker.md):
+//  - a split counts as started when GetNext hands it to the source; its index is reported on the
+//    next GetSplits call, or by the worker's heartbeat (TakeUnreportedStarts), whichever comes first;
+//    failed reports are put back and re-sent (the dispatcher treats repeated acks as one);
+//  - request.epoch is this task's epoch (0-based). end_of_splits ends the epoch: GetNext returns
+//    nullopt until Reset() moves to the next epoch. A response with no splits and no end_of_splits
+//    means "nothing now, ask again" (the next epoch is not open yet): polled with backoff;
+//  - UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED and ABORTED are retried with exponential
+//    backoff (a restarting dispatcher); other errors are returned by GetNext once the queue is empty;
+//  - Cancel() (or destruction) interrupts a waiting GetNext, an in-flight RPC and any backoff.
+//
+// Threading: one background fetch thread per provider; all public methods are thread-safe.
+#ifndef SLUICE_DATAPLANE_WORKER_SPLIT_PROVIDER_H_
+#define SLUICE_DATAPLANE_WORKER_SPLIT_PROVIDER_H_
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "dataplane/pipeline/source.h"
+#include "dataplane/worker/cancel_token.h"
+#include "dataplane/worker/dispatcher_client.h"
+
+namespace sluice::worker {
+
+struct SplitProviderOptions {
+  int max_splits = 8;          // the most splits held locally (queued, fetched but not started)
+  int refill_threshold = -1;   // fetch more when the queue holds this many or fewer; -1: max_splits / 4
+  absl::Duration initial_backoff = absl::Milliseconds(10);
+  absl::Duration max_backoff = absl::Seconds(1);
+};
+
+class DispatcherSplitProvider : public pipeline::SplitProvider {
+ public:
+  // `dispatcher` must outlive the provider.
+  DispatcherSplitProvider(DispatcherClient* dispatcher, int64_t task_id, std::string worker_address,
+                          SplitProviderOptions options = {});
+  ~DispatcherSplitProvider() override;
+
+  absl::StatusOr<std::optional<pipeline::Split>> GetNext() override;
+  absl::Status Reset() override;
+
+  // Stops fetching; GetNext and Reset return CANCELLED from now on.
+  void Cancel();
+
+  // Started split indices not yet reported to the dispatcher; the caller reports them (heartbeat)
+  // and gives them back with RestoreUnreportedStarts if that fails.
+  std::vector<uint64_t> TakeUnreportedStarts();
+  void RestoreUnreportedStarts(const std::vector<uint64_t>& indices);
+
+  int64_t epoch() const;
+  int64_t get_splits_calls() const;   // RPCs made, including failed ones
+  int64_t splits_started() const;     // splits handed to the source so far
+
+ private:
+  void FetchLoop();
+  bool NeedFetch() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  DispatcherClient* const dispatcher_;
+  const int64_t task_id_;
+  const std::string worker_address_;
+  const SplitProviderOptions options_;
+  const size_t refill_threshold_;
+  CancelToken cancel_;  // interrupts the in-flight RPC and backoff waits
+
+  mutable absl::Mutex mu_;
+  std::deque<pipeline::Split> queue_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> unreported_starts_ ABSL_GUARDED_BY(mu_);
+  int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  bool end_of_splits_ ABSL_GUARDED_BY(mu_) = false;
+  bool fetch_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  int64_t calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t started_ ABSL_GUARDED_BY(mu_) = 0;
+
+  std::thread fetcher_;
+};
+
+// Conversions between the wire and the pipeline's split.
+pipeline::Split FromProto(const service::Split& split);
+service::Split ToProto(const pipeline::Split& split);
+
+}  // namespace sluice::worker
+
+#endif  // SLUICE_DATAPLANE_WORKER_SPLIT_PROVIDER_H_

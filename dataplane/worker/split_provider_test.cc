@@ -1,0 +1,230 @@
+// DispatcherSplitProvider against an in-memory fake dispatcher: batching, prefetch, started-split
+// acknowledgements, epochs, retries, errors and cancellation.
+#include "dataplane/worker/split_provider.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <set>
+#include <thread>
+
+#include "dataplane/worker/worker_test_util.h"
+
+namespace sluice::worker {
+namespace {
+
+using testing::FakeDispatcher;
+using testing::WaitUntil;
+
+std::vector<pipeline::Split> MakeSplits(int n) {
+  std::vector<pipeline::Split> out;
+  for (int i = 0; i < n; ++i) out.push_back(pipeline::Split{static_cast<uint64_t>(i), "range", i, i + 1});
+  return out;
+}
+
+SplitProviderOptions FastRetry() {
+  SplitProviderOptions o;
+  o.initial_backoff = absl::Milliseconds(1);
+  o.max_backoff = absl::Milliseconds(4);
+  return o;
+}
+
+// Reads until the end of the epoch.
+std::vector<uint64_t> ReadEpoch(DispatcherSplitProvider& provider) {
+  std::vector<uint64_t> out;
+  while (true) {
+    auto next = provider.GetNext();
+    REQUIRE(next.ok());
+    if (!next->has_value()) return out;
+    out.push_back((*next)->index);
+  }
+}
+
+TEST_CASE("worker_split_provider fetches splits in batches, far fewer calls than splits") {
+  FakeDispatcher fake;
+  fake.SetSplits(MakeSplits(100));
+  DispatcherSplitProvider provider(&fake, 7, "w:1", FastRetry());
+  std::vector<uint64_t> got = ReadEpoch(provider);
+  std::vector<uint64_t> expected(100);
+  for (uint64_t i = 0; i < 100; ++i) expected[i] = i;
+  CHECK(got == expected);
+  // A fetch happens only when at most max_splits/4 = 2 splits are queued and asks for the rest of
+  // max_splits = 8, so every call but the last brings at least 6 splits.
+  CHECK(fake.get_splits_calls() <= 100 / 6 + 2);
+  for (const auto& request : fake.get_splits_requests()) {
+    CHECK(request.task_id() == 7);
+    CHECK(request.worker_address() == "w:1");
+    CHECK(request.max_splits() >= 6);
+    CHECK(request.max_splits() <= 8);
+  }
+}
+
+TEST_CASE("worker_split_provider prefetches before the local queue runs dry") {
+  FakeDispatcher fake;
+  fake.SetSplits(MakeSplits(40));
+  DispatcherSplitProvider provider(&fake, 1, "w:1", FastRetry());
+  // The first batch is fetched before anyone asks.
+  REQUIRE(WaitUntil([&] { return fake.get_splits_calls() == 1; }));
+  CHECK(fake.handed_out().size() == 8);
+  // Taking 6 of the 8 leaves 2 queued: the refill starts while splits are still queued locally.
+  for (int i = 0; i < 6; ++i) REQUIRE(provider.GetNext().ok());
+  REQUIRE(WaitUntil([&] { return fake.get_splits_calls() == 2; }));
+  CHECK(provider.splits_started() == 6);
+  auto second = fake.get_splits_requests().at(1);
+  CHECK(second.max_splits() == 6);
+}
+
+TEST_CASE("worker_split_provider acknowledges each split once, on GetSplits or through the heartbeat") {
+  FakeDispatcher fake;
+  fake.SetSplits(MakeSplits(50));
+  DispatcherSplitProvider provider(&fake, 1, "w:1", FastRetry());
+  std::vector<uint64_t> got = ReadEpoch(provider);
+  REQUIRE(got.size() == 50);
+  // Acks that went with GetSplits calls were handed out before; the rest wait for the heartbeat.
+  std::multiset<uint64_t> acked = fake.started();
+  std::vector<uint64_t> pending = provider.TakeUnreportedStarts();
+  acked.insert(pending.begin(), pending.end());
+  std::multiset<uint64_t> expected(got.begin(), got.end());
+  CHECK(acked == expected);
+  CHECK(provider.TakeUnreportedStarts().empty());
+  // A failed heartbeat gives them back.
+  provider.RestoreUnreportedStarts(pending);
+  CHECK(provider.TakeUnreportedStarts() == pending);
+  // Nothing is acknowledged before it was handed to the source.
+  for (const auto& request : fake.get_splits_requests()) {
+    for (uint64_t index : request.started_split_indices()) {
+      CHECK(std::find(got.begin(), got.end(), index) != got.end());
+    }
+  }
+}
+
+TEST_CASE("worker_split_provider walks epochs with Reset and ends after the last") {
+  FakeDispatcher fake;
+  fake.SetSplits(MakeSplits(10), /*num_epochs=*/3);
+  DispatcherSplitProvider provider(&fake, 1, "w:1", FastRetry());
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    CHECK(provider.epoch() == epoch);
+    std::vector<uint64_t> got = ReadEpoch(provider);
+    CHECK(got.size() == 10);
+    REQUIRE(provider.Reset().ok());
+  }
+  CHECK(ReadEpoch(provider).empty());
+  for (const auto& request : fake.get_splits_requests()) CHECK(request.epoch() <= 3);
+}
+
+TEST_CASE("worker_split_provider polls until the next epoch opens") {
+  // Task b holds prefetched splits of epoch 0 that it has not started: epoch 1 cannot open, and
+  // task a, done with epoch 0, is told "nothing yet" until b started all of them.
+  FakeDispatcher fake;
+  fake.SetSplits(MakeSplits(20), /*num_epochs=*/2);
+  DispatcherSplitProvider a(&fake, 1, "a:1", FastRetry());
+  DispatcherSplitProvider b(&fake, 2, "b:1", FastRetry());
+  REQUIRE(WaitUntil([&] { return fake.handed_out().size() == 16; }));  // both prefetched 8
+  std::vector<uint64_t> e0a = ReadEpoch(a);
+  REQUIRE(a.Reset().ok());
+  std::vector<uint64_t> e1a;
+  std::thread reader([&] { e1a = ReadEpoch(a); });
+  auto asked_for_epoch_1 = [&] {
+    int n = 0;
+    for (const auto& r : fake.get_splits_requests()) n += (r.task_id() == 1 && r.epoch() == 1) ? 1 : 0;
+    return n;
+  };
+  REQUIRE(WaitUntil([&] { return asked_for_epoch_1() >= 2; }));  // polled: not open yet
+  CHECK(fake.epoch() == 0);
+  std::vector<uint64_t> e0b = ReadEpoch(b);
+  CHECK(e0a.size() + e0b.size() == 20);
+  // b's last starts reach the dispatcher with its heartbeat; then epoch 1 opens.
+  service::WorkerHeartbeatRequest heartbeat;
+  heartbeat.set_worker_address("b:1");
+  auto* progress = heartbeat.add_tasks();
+  progress->set_task_id(2);
+  for (uint64_t i : b.TakeUnreportedStarts()) progress->add_started_split_indices(i);
+  REQUIRE(fake.WorkerHeartbeat(heartbeat, {}).ok());
+  REQUIRE(b.Reset().ok());
+  std::vector<uint64_t> e1b = ReadEpoch(b);
+  reader.join();
+  CHECK(fake.epoch() == 1);
+  CHECK(e1a.size() + e1b.size() == 20);
+}
+
+TEST_CASE("worker_split_provider retries UNAVAILABLE with backoff and loses no acknowledgement") {
+  FakeDispatcher fake;
+  fake.SetSplits(MakeSplits(30));
+  fake.FailNextGetSplits(3);
+  DispatcherSplitProvider provider(&fake, 1, "w:1", FastRetry());
+  std::vector<uint64_t> got = ReadEpoch(provider);
+  CHECK(got.size() == 30);
+  CHECK(provider.get_splits_calls() >= 4);
+  // Fail again mid-stream: acknowledgements carried by failed calls are re-sent.
+  std::multiset<uint64_t> acked = fake.started();
+  for (uint64_t i : provider.TakeUnreportedStarts()) acked.insert(i);
+  CHECK(acked == std::multiset<uint64_t>(got.begin(), got.end()));
+}
+
+TEST_CASE("worker_split_provider re-sends acknowledgements of a failed call") {
+  FakeDispatcher fake;
+  fake.SetSplits(MakeSplits(40));
+  DispatcherSplitProvider provider(&fake, 1, "w:1", FastRetry());
+  REQUIRE(WaitUntil([&] { return fake.get_splits_calls() == 1; }));
+  fake.FailNextGetSplits(2);
+  std::vector<uint64_t> got = ReadEpoch(provider);
+  CHECK(got.size() == 40);
+  std::multiset<uint64_t> acked = fake.started();
+  for (uint64_t i : provider.TakeUnreportedStarts()) acked.insert(i);
+  CHECK(acked == std::multiset<uint64_t>(got.begin(), got.end()));
+}
+
+TEST_CASE("worker_split_provider reports a non-retryable error naming the task") {
+  FakeDispatcher fake;
+  fake.SetSplits(MakeSplits(10));
+  fake.FailNextGetSplits(1, absl::StatusCode::kNotFound);
+  DispatcherSplitProvider provider(&fake, 42, "w:1", FastRetry());
+  auto next = provider.GetNext();
+  REQUIRE_FALSE(next.ok());
+  CHECK(absl::IsNotFound(next.status()));
+  CHECK_THAT(std::string(next.status().message()), Catch::Contains("task_id 42"));
+  CHECK(provider.get_splits_calls() == 1);
+}
+
+TEST_CASE("worker_split_provider stops promptly when cancelled during a blocked call") {
+  FakeDispatcher fake;
+  fake.SetSplits(MakeSplits(10));
+  fake.BlockGetSplits(true);
+  auto provider = std::make_unique<DispatcherSplitProvider>(&fake, 1, "w:1", FastRetry());
+  std::atomic<bool> done{false};
+  absl::Status result;
+  std::thread reader([&] {
+    result = provider->GetNext().status();
+    done = true;
+  });
+  REQUIRE(WaitUntil([&] { return fake.get_splits_calls() == 1; }));
+  provider->Cancel();
+  reader.join();
+  CHECK(absl::IsCancelled(result));
+  CHECK(absl::IsCancelled(provider->Reset()));
+  provider.reset();  // joins the fetch thread, whose call was cancelled
+  CHECK(done);
+}
+
+TEST_CASE("worker_split_provider: two tasks under dynamic sharding never read a split twice") {
+  FakeDispatcher fake;
+  fake.SetSplits(MakeSplits(200));
+  DispatcherSplitProvider a(&fake, 1, "a:1", FastRetry());
+  DispatcherSplitProvider b(&fake, 2, "b:1", FastRetry());
+  std::vector<uint64_t> got_a;
+  std::thread reader([&] { got_a = ReadEpoch(a); });
+  std::vector<uint64_t> got_b = ReadEpoch(b);
+  reader.join();
+  std::set<uint64_t> all(got_a.begin(), got_a.end());
+  for (uint64_t i : got_b) CHECK(all.insert(i).second);
+  CHECK(all.size() == 200);
+}
+
+TEST_CASE("worker_split_provider converts splits to and from the wire") {
+  pipeline::Split split{5, "/data/a.tfrecord", 10, 20};
+  CHECK(FromProto(ToProto(split)) == split);
+}
+
+}  // namespace
+}  // namespace sluice::worker

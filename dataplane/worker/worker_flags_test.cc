@@ -1,0 +1,102 @@
+// sluice-worker flags and YAML config: defaults, overrides, and errors naming the flag or key.
+#include "dataplane/worker/worker_flags.h"
+
+#include <catch2/catch.hpp>
+
+#include "testing/test_util.h"
+
+namespace sluice::worker {
+namespace {
+
+std::string Error(const std::vector<std::string>& args) {
+  auto parsed = ParseWorkerFlags(args);
+  REQUIRE_FALSE(parsed.ok());
+  return std::string(parsed.status().message());
+}
+
+TEST_CASE("worker_flags: defaults and command-line values") {
+  auto parsed = ParseWorkerFlags({"--dispatcher_address=d:5000", "--port", "7001", "--placement=local",
+                                  "--round_timeout_ms=250", "--sharing_window_elements=32", "--tls_require_client_cert",
+                                  "--tls_ca=/ca.pem"});
+  REQUIRE(parsed.ok());
+  const WorkerFlags& f = parsed->flags;
+  CHECK(f.dispatcher_address == "d:5000");
+  CHECK(f.port == 7001);
+  CHECK(f.heartbeat_interval_ms == 500);
+  CHECK(f.round_timeout_ms == 250);
+  CHECK(f.sharing_window_elements == 32);
+  CHECK(f.tls_require_client_cert);
+  auto config = MakeWorkerConfig(f, 7001);
+  REQUIRE(config.ok());
+  CHECK(config->worker_address == "127.0.0.1:7001");
+  CHECK(config->worker_host == "127.0.0.1");
+  CHECK(config->placement == service::PLACEMENT_LOCAL);
+  CHECK(config->runner.round_timeout == absl::Milliseconds(250));
+  CHECK(config->sharing_window_elements == 32);
+  CHECK(TlsFromFlags(f).require_client_cert);
+
+  auto explicit_address = ParseWorkerFlags({"--dispatcher_address=d:1", "--worker_address=node-3.svc:9000"});
+  REQUIRE(explicit_address.ok());
+  auto c2 = MakeWorkerConfig(explicit_address->flags, 1234);
+  REQUIRE(c2.ok());
+  CHECK(c2->worker_address == "node-3.svc:9000");
+  CHECK(c2->worker_host == "node-3.svc");
+  CHECK(c2->placement == service::PLACEMENT_REMOTE);
+
+  auto help = ParseWorkerFlags({"--help"});
+  REQUIRE(help.ok());
+  CHECK_THAT(help->help, Catch::Contains("--sharing_window_elements"));
+}
+
+TEST_CASE("worker_flags: a YAML config file, overridden by flags") {
+  sluice::testing::TempDir dir;
+  const std::string path = dir.File("worker.yaml");
+  sluice::testing::WriteFile(path,
+                             "dispatcher_address: dispatcher:5000\n"
+                             "heartbeat_interval_ms: 100\n"
+                             "placement: local\n"
+                             "tls_require_client_cert: false\n"
+                             "dataservice: imagenet\n");
+  auto parsed = ParseWorkerFlags({"--config", path, "--heartbeat_interval_ms=40"});
+  REQUIRE(parsed.ok());
+  CHECK(parsed->flags.dispatcher_address == "dispatcher:5000");
+  CHECK(parsed->flags.heartbeat_interval_ms == 40);
+  CHECK(parsed->flags.placement == "local");
+  CHECK(parsed->flags.dataservice == "imagenet");
+  CHECK_FALSE(parsed->flags.tls_require_client_cert);
+}
+
+TEST_CASE("worker_flags: malformed input is reported with the flag, file and key") {
+  CHECK_THAT(Error({}), Catch::Contains("--dispatcher_address is required"));
+  CHECK_THAT(Error({"--dispatcher_address=nocolon"}), Catch::Contains("--dispatcher_address"));
+  CHECK_THAT(Error({"--dispatcher_address=d:1", "--placement=moon"}), Catch::Contains("--placement"));
+  CHECK_THAT(Error({"--dispatcher_address=d:1", "--heartbeat_interval_ms=0"}), Catch::Contains("--heartbeat_interval_ms"));
+  CHECK_THAT(Error({"--dispatcher_address=d:1", "--port=70000"}), Catch::Contains("--port"));
+  CHECK_THAT(Error({"--dispatcher_address=d:1", "--port=abc"}), Catch::Contains("port"));
+  CHECK_THAT(Error({"--dispatcher_address=d:1", "--no_such_flag=1"}), Catch::Contains("no_such_flag"));
+  CHECK_THAT(Error({"--dispatcher_address=d:1", "--tls_cert=/c.pem"}), Catch::Contains("--tls_key"));
+  CHECK_THAT(Error({"--dispatcher_address=d:1", "--tls_require_client_cert"}), Catch::Contains("--tls_ca"));
+  CHECK_THAT(Error({"--dispatcher_address=d:1", "--log_level=loud"}), Catch::Contains("--log_level"));
+  CHECK_THAT(Error({"--config"}), Catch::Contains("--config"));
+  CHECK_THAT(Error({"--config=/no/such/file.yaml"}), Catch::Contains("/no/such/file.yaml"));
+
+  sluice::testing::TempDir dir;
+  const std::string unknown = dir.File("unknown.yaml");
+  sluice::testing::WriteFile(unknown, "dispatcher_address: d:1\nheartbeat_ms: 5\n");
+  CHECK_THAT(Error({"--config", unknown}), Catch::Contains("unknown.yaml:2") && Catch::Contains("unknown key 'heartbeat_ms'"));
+  const std::string broken = dir.File("broken.yaml");
+  sluice::testing::WriteFile(broken, "dispatcher_address: [d:1\n");
+  CHECK_THAT(Error({"--config", broken}), Catch::Contains("broken.yaml"));
+  const std::string list = dir.File("list.yaml");
+  sluice::testing::WriteFile(list, "- a\n- b\n");
+  CHECK_THAT(Error({"--config", list}), Catch::Contains("expected a map"));
+  const std::string nested = dir.File("nested.yaml");
+  sluice::testing::WriteFile(nested, "dispatcher_address: {host: d}\n");
+  CHECK_THAT(Error({"--config", nested}), Catch::Contains("dispatcher_address: expected a single value"));
+  const std::string boolean = dir.File("bool.yaml");
+  sluice::testing::WriteFile(boolean, "dispatcher_address: d:1\ntls_require_client_cert: maybe\n");
+  CHECK_THAT(Error({"--config", boolean}), Catch::Contains("expected true or false"));
+}
+
+}  // namespace
+}  // namespace sluice::worker

@@ -1,0 +1,109 @@
+// WorkerImpl: the worker's logic, free of transport. It heartbeats to the dispatcher (which also
+// registers it, and re-registers it after a dispatcher restart: heartbeats simply keep retrying and
+// the dispatcher re-sends the tasks), runs a TaskRunner per assigned task, and serves element reads
+// (StreamElements for GetElements, GetElement for coordinated reads). grpc_worker.h adapts it to gRPC.
+//
+// Shutdown, in order: BeginDrain (heartbeats say draining; producers stop; buffered elements and
+// the bound round are still served), WaitForInFlightRounds, Deregister, Stop.
+//
+// Threading: thread-safe. One heartbeat thread (Start/Stop); readers call from their own threads.
+// Never holds its lock across a dispatcher call or a runner's blocking call.
+#ifndef SLUICE_DATAPLANE_WORKER_WORKER_IMPL_H_
+#define SLUICE_DATAPLANE_WORKER_WORKER_IMPL_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "dataplane/rpc/credentials.h"
+#include "dataplane/worker/cancel_token.h"
+#include "dataplane/worker/dispatcher_client.h"
+#include "dataplane/worker/shared_pipeline.h"
+#include "dataplane/worker/task_runner.h"
+#include "dataplane/worker/worker_metrics.h"
+#include "dataservice.pb.h"
+
+namespace sluice::worker {
+
+struct WorkerConfig {
+  std::string worker_address;                 // "host:port" clients dial; the worker's identity
+  std::string worker_host;                    // the host part (locality)
+  service::Placement placement = service::PLACEMENT_UNSPECIFIED;
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  // GetElements/GetElement for a task this worker does not know yet (the client may learn of a task
+  // before the worker's heartbeat does): ask for a heartbeat and wait this long before NotFound.
+  absl::Duration unknown_task_wait = absl::Seconds(2);
+  size_t max_response_bytes = 1 << 20;        // pack small elements up to this many bytes per response
+  int max_message_bytes = rpc::kDefaultMaxMessageBytes;
+  size_t sharing_window_elements = 256;
+  TaskRunnerOptions runner;
+};
+
+class WorkerImpl {
+ public:
+  // `dispatcher` must outlive the worker. `metrics` may be null (a private registry is used).
+  WorkerImpl(WorkerConfig config, DispatcherClient* dispatcher, std::shared_ptr<WorkerMetrics> metrics = nullptr);
+  ~WorkerImpl();
+
+  // Starts the heartbeat thread (the first heartbeat goes out at once).
+  void Start();
+  // One heartbeat now: reports progress, applies the answer (new tasks, deletions).
+  absl::Status Heartbeat(const CallOptions& options = {});
+
+  // Streams the request's task: calls `write` with each response (it returns false when the
+  // client is gone) until end_of_sequence, an error, or `cancel`.
+  absl::Status StreamElements(const service::GetElementsRequest& request, CancelToken* cancel,
+                              const std::function<bool(service::GetElementsResponse&)>& write);
+  // Coordinated reads: the element of request.round for request.consumer_index.
+  absl::StatusOr<service::GetElementsResponse> GetElement(const service::GetElementsRequest& request,
+                                                          CancelToken* cancel);
+
+  // The runner of `task_id`, waiting up to unknown_task_wait for a heartbeat to bring it.
+  absl::StatusOr<std::shared_ptr<TaskRunner>> FindTask(int64_t task_id, CancelToken* cancel);
+
+  void BeginDrain();
+  // Waits until no coordinated round is half served, or `deadline`. True when none is.
+  bool WaitForInFlightRounds(absl::Time deadline);
+  absl::Status Deregister(absl::Time deadline);
+  // Stops heartbeats and every task; joins threads. Idempotent.
+  void Stop();
+
+  bool registered() const;
+  bool draining() const;
+  size_t num_tasks() const;
+  int64_t heartbeats_sent() const;
+  const WorkerConfig& config() const { return config_; }
+  WorkerMetrics& metrics() { return *metrics_; }
+
+ private:
+  void HeartbeatLoop();
+
+  const WorkerConfig config_;
+  DispatcherClient* const dispatcher_;
+  std::shared_ptr<WorkerMetrics> metrics_;
+  SharedPipelineRegistry sharing_;
+  TaskRunnerEnv env_;
+  CancelToken stop_token_;  // interrupts heartbeats and waits on Stop
+
+  mutable absl::Mutex mu_;
+  std::map<int64_t, std::shared_ptr<TaskRunner>> tasks_ ABSL_GUARDED_BY(mu_);
+  bool registered_ ABSL_GUARDED_BY(mu_) = false;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool heartbeat_requested_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_);
+  int64_t heartbeats_sent_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread heartbeat_thread_;
+  absl::Mutex heartbeat_mu_;  // one heartbeat at a time (the loop, and explicit calls)
+};
+
+}  // namespace sluice::worker
+
+#endif  // SLUICE_DATAPLANE_WORKER_WORKER_IMPL_H_

@@ -1,0 +1,323 @@
+#include "dataplane/worker/worker_test_util.h"
+
+#include <catch2/catch.hpp>
+
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+
+#include <atomic>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "dataplane/pipeline/element_codec.h"
+#include "dataplane/pipeline/spec_parser.h"
+#include "dataplane/rpc/credentials.h"
+#include "dataplane/worker/element_buffer.h"
+#include "dataplane/worker/split_provider.h"
+#include "testing/test_util.h"
+
+namespace sluice::worker::testing {
+
+void FakeDispatcher::SetSplits(std::vector<pipeline::Split> splits, int64_t num_epochs) {
+  absl::MutexLock lock(&mu_);
+  splits_ = std::move(splits);
+  queue_.assign(splits_.begin(), splits_.end());
+  started_this_epoch_.clear();
+  num_epochs_ = num_epochs;
+  epoch_ = 0;
+}
+
+void FakeDispatcher::FailNextGetSplits(int n, absl::StatusCode code) {
+  absl::MutexLock lock(&mu_);
+  fail_get_splits_ = n;
+  fail_code_ = code;
+}
+
+void FakeDispatcher::FailHeartbeats(bool fail) {
+  absl::MutexLock lock(&mu_);
+  fail_heartbeats_ = fail;
+}
+
+void FakeDispatcher::BlockGetSplits(bool block) {
+  absl::MutexLock lock(&mu_);
+  block_get_splits_ = block;
+}
+
+void FakeDispatcher::AssignTask(const std::string& worker_address, service::TaskDef task) {
+  absl::MutexLock lock(&mu_);
+  assigned_[worker_address][task.task_id()] = std::move(task);
+}
+
+void FakeDispatcher::DeleteTask(const std::string& worker_address, int64_t task_id) {
+  absl::MutexLock lock(&mu_);
+  assigned_[worker_address].erase(task_id);
+  to_delete_[worker_address].insert(task_id);
+}
+
+absl::StatusOr<service::WorkerHeartbeatResponse> FakeDispatcher::WorkerHeartbeat(
+    const service::WorkerHeartbeatRequest& request, const CallOptions&) {
+  absl::MutexLock lock(&mu_);
+  heartbeats_.push_back(request);
+  if (fail_heartbeats_) return absl::UnavailableError("fake dispatcher: heartbeats fail");
+  std::set<int64_t> known;
+  for (const auto& task : request.tasks()) {
+    known.insert(task.task_id());
+    for (uint64_t index : task.started_split_indices()) {
+      started_.insert(index);
+      started_this_epoch_.insert(index);
+    }
+  }
+  service::WorkerHeartbeatResponse response;
+  for (const auto& [id, task] : assigned_[request.worker_address()]) {
+    if (known.count(id) == 0 && !request.draining()) *response.add_new_tasks() = task;
+  }
+  for (int64_t id : to_delete_[request.worker_address()]) {
+    if (known.count(id) > 0) response.add_tasks_to_delete(id);
+  }
+  return response;
+}
+
+absl::StatusOr<service::GetSplitsResponse> FakeDispatcher::GetSplits(const service::GetSplitsRequest& request,
+                                                                     const CallOptions& options) {
+  CancelCallback wake(options.cancel, [this] { absl::MutexLock lock(&mu_); });
+  absl::MutexLock lock(&mu_);
+  ++calls_;
+  requests_.push_back(request);
+  for (uint64_t index : request.started_split_indices()) {
+    started_.insert(index);
+    started_this_epoch_.insert(index);
+  }
+  auto unblocked = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !block_get_splits_ || IsCancelled(options.cancel); };
+  mu_.Await(absl::Condition(&unblocked));
+  if (IsCancelled(options.cancel)) return absl::CancelledError("fake dispatcher: call cancelled");
+  if (fail_get_splits_ > 0) {
+    --fail_get_splits_;
+    // The acknowledgements did not arrive.
+    for (uint64_t index : request.started_split_indices()) {
+      started_.erase(started_.find(index));
+      started_this_epoch_.erase(index);
+    }
+    return absl::Status(fail_code_, "fake dispatcher: injected failure");
+  }
+  service::GetSplitsResponse response;
+  response.set_epoch(epoch_);
+  if (request.epoch() > epoch_) {
+    if (num_epochs_ >= 0 && request.epoch() >= num_epochs_) {
+      response.set_end_of_splits(true);  // past the last epoch
+      return response;
+    }
+    if (!queue_.empty() || started_this_epoch_.size() < splits_.size()) return response;  // not open yet
+    epoch_ = request.epoch();
+    queue_.assign(splits_.begin(), splits_.end());
+    started_this_epoch_.clear();
+    response.set_epoch(epoch_);
+  } else if (request.epoch() < epoch_) {
+    response.set_end_of_splits(true);
+    return response;
+  }
+  for (int i = 0; i < request.max_splits() && !queue_.empty(); ++i) {
+    *response.add_splits() = ToProto(queue_.front());
+    handed_out_.push_back(queue_.front().index);
+    queue_.pop_front();
+  }
+  response.set_end_of_splits(queue_.empty());
+  return response;
+}
+
+absl::Status FakeDispatcher::WorkerDeregister(const service::WorkerDeregisterRequest& request, const CallOptions&) {
+  absl::MutexLock lock(&mu_);
+  deregistered_.push_back(request.worker_address());
+  return absl::OkStatus();
+}
+
+int64_t FakeDispatcher::get_splits_calls() const {
+  absl::MutexLock lock(&mu_);
+  return calls_;
+}
+std::vector<service::GetSplitsRequest> FakeDispatcher::get_splits_requests() const {
+  absl::MutexLock lock(&mu_);
+  return requests_;
+}
+std::vector<uint64_t> FakeDispatcher::handed_out() const {
+  absl::MutexLock lock(&mu_);
+  return handed_out_;
+}
+std::multiset<uint64_t> FakeDispatcher::started() const {
+  absl::MutexLock lock(&mu_);
+  return started_;
+}
+std::vector<service::WorkerHeartbeatRequest> FakeDispatcher::heartbeats() const {
+  absl::MutexLock lock(&mu_);
+  return heartbeats_;
+}
+std::vector<std::string> FakeDispatcher::deregistered() const {
+  absl::MutexLock lock(&mu_);
+  return deregistered_;
+}
+int64_t FakeDispatcher::epoch() const {
+  absl::MutexLock lock(&mu_);
+  return epoch_;
+}
+
+class FakeDispatcherServer::Service : public service::Dispatcher::Service {
+ public:
+  explicit Service(FakeDispatcher* fake) : fake_(fake) {}
+  grpc::Status WorkerHeartbeat(grpc::ServerContext*, const service::WorkerHeartbeatRequest* request,
+                               service::WorkerHeartbeatResponse* response) override {
+    auto r = fake_->WorkerHeartbeat(*request, {});
+    if (!r.ok()) return rpc::ToGrpc(r.status());
+    *response = *std::move(r);
+    return grpc::Status::OK;
+  }
+  grpc::Status GetSplits(grpc::ServerContext*, const service::GetSplitsRequest* request,
+                         service::GetSplitsResponse* response) override {
+    auto r = fake_->GetSplits(*request, {});
+    if (!r.ok()) return rpc::ToGrpc(r.status());
+    *response = *std::move(r);
+    return grpc::Status::OK;
+  }
+  grpc::Status WorkerDeregister(grpc::ServerContext*, const service::WorkerDeregisterRequest* request,
+                                service::WorkerDeregisterResponse*) override {
+    return rpc::ToGrpc(fake_->WorkerDeregister(*request, {}));
+  }
+
+ private:
+  FakeDispatcher* fake_;
+};
+
+FakeDispatcherServer::FakeDispatcherServer(FakeDispatcher* fake, std::shared_ptr<grpc::ServerCredentials> credentials)
+    : service_(std::make_unique<Service>(fake)) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", credentials ? credentials : grpc::InsecureServerCredentials(), &port_);
+  builder.RegisterService(service_.get());
+  server_ = builder.BuildAndStart();
+  REQUIRE(server_ != nullptr);
+  REQUIRE(port_ > 0);
+}
+
+FakeDispatcherServer::~FakeDispatcherServer() { Shutdown(); }
+
+void FakeDispatcherServer::Shutdown() {
+  if (server_ == nullptr) return;
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  server_.reset();
+}
+
+std::string FakeDispatcherServer::address() const { return absl::StrCat("127.0.0.1:", port_); }
+
+pipeline::PipelineDef Spec(const std::string& yaml) {
+  auto def = pipeline::ParsePipelineSpec(yaml, "test.yaml");
+  INFO(def.status().ToString());
+  REQUIRE(def.ok());
+  return *def;
+}
+
+service::TaskDef MakeTask(int64_t task_id, const std::string& yaml, service::ShardingPolicy sharding) {
+  service::TaskDef task;
+  task.set_task_id(task_id);
+  task.set_job_id(task_id);
+  *task.mutable_pipeline() = Spec(yaml);
+  task.set_dataset_id(pipeline::Fingerprint(task.pipeline()));
+  task.set_sharding(sharding);
+  task.set_num_workers(1);
+  task.set_num_epochs(1);
+  return task;
+}
+
+std::vector<pipeline::Split> SplitsOf(const std::string& yaml) {
+  auto p = pipeline::Pipeline::Create(Spec(yaml));
+  REQUIRE(p.ok());
+  auto splits = (*p)->ListSplits();
+  REQUIRE(splits.ok());
+  return *splits;
+}
+
+int64_t DecodeInt(const service::ElementData& data, const std::string& field) {
+  auto codec = static_cast<pipeline::Codec>(0);
+  switch (data.compression()) {
+    case service::COMPRESSION_LZ4: codec = pipeline::Codec::kLz4; break;
+    case service::COMPRESSION_ZSTD: codec = pipeline::Codec::kZstd; break;
+    default: codec = pipeline::Codec::kNone; break;
+  }
+  std::string raw = data.data();
+  if (codec != pipeline::Codec::kNone) {
+    auto d = pipeline::Decompress(data.data(), codec, data.uncompressed_size());
+    REQUIRE(d.ok());
+    raw = *d;
+  }
+  REQUIRE(raw.size() == data.uncompressed_size());
+  auto element = pipeline::DecodeElement(std::make_shared<const std::string>(std::move(raw)));
+  REQUIRE(element.ok());
+  const pipeline::Tensor* t = element->Find(field);
+  REQUIRE(t != nullptr);
+  auto v = t->AsInt64();
+  REQUIRE(v.ok());
+  return *v;
+}
+
+namespace {
+
+bool AddExtension(X509* cert, int nid, const char* value) {
+  X509V3_CTX ctx;
+  X509V3_set_ctx_nodb(&ctx);
+  X509V3_set_ctx(&ctx, cert, cert, nullptr, nullptr, 0);
+  X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value);
+  if (ext == nullptr) return false;
+  const bool ok = X509_add_ext(cert, ext, -1) == 1;
+  X509_EXTENSION_free(ext);
+  return ok;
+}
+
+std::string PemOf(const std::function<int(BIO*)>& write) {
+  BIO* bio = BIO_new(BIO_s_mem());
+  REQUIRE(write(bio) == 1);
+  char* data = nullptr;
+  long size = BIO_get_mem_data(bio, &data);
+  std::string out(data, static_cast<size_t>(size));
+  BIO_free(bio);
+  return out;
+}
+
+}  // namespace
+
+TestCertificate WriteSelfSignedCertificate(const std::string& dir, const std::string& name) {
+  EVP_PKEY* key = EVP_EC_gen("P-256");
+  REQUIRE(key != nullptr);
+  X509* cert = X509_new();
+  REQUIRE(cert != nullptr);
+  static std::atomic<long> serial{100};
+  REQUIRE(X509_set_version(cert, 2) == 1);
+  REQUIRE(ASN1_INTEGER_set(X509_get_serialNumber(cert), serial++) == 1);
+  REQUIRE(X509_gmtime_adj(X509_getm_notBefore(cert), -600) != nullptr);
+  REQUIRE(X509_gmtime_adj(X509_getm_notAfter(cert), 24 * 3600) != nullptr);
+  REQUIRE(X509_set_pubkey(cert, key) == 1);
+  X509_NAME* subject = X509_get_subject_name(cert);
+  REQUIRE(X509_NAME_add_entry_by_txt(subject, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>(name.c_str()),
+                                     -1, -1, 0) == 1);
+  REQUIRE(X509_set_issuer_name(cert, subject) == 1);
+  REQUIRE(AddExtension(cert, NID_subject_alt_name, "IP:127.0.0.1,DNS:localhost"));
+  REQUIRE(AddExtension(cert, NID_basic_constraints, "critical,CA:TRUE"));
+  REQUIRE(AddExtension(cert, NID_key_usage, "critical,digitalSignature,keyCertSign"));
+  REQUIRE(X509_sign(cert, key, EVP_sha256()) > 0);
+  TestCertificate out{dir + "/" + name + ".crt", dir + "/" + name + ".key"};
+  sluice::testing::WriteFile(out.cert_file, PemOf([&](BIO* b) { return PEM_write_bio_X509(b, cert); }));
+  sluice::testing::WriteFile(out.key_file, PemOf([&](BIO* b) {
+                               return PEM_write_bio_PrivateKey(b, key, nullptr, nullptr, 0, nullptr, nullptr);
+                             }));
+  X509_free(cert);
+  EVP_PKEY_free(key);
+  return out;
+}
+
+bool WaitUntil(const std::function<bool()>& condition, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!condition()) {
+    if (absl::Now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+}  // namespace sluice::worker::testing
