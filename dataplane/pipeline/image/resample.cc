@@ -1,6 +1,7 @@
 #include "dataplane/pipeline/image/resample.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -15,6 +16,8 @@ namespace sluice::pipeline::image {
 namespace {
 
 constexpr int kBits = ResampleAxis::kWeightBits;
+
+std::atomic<bool> force_scalar{false};
 // The vertical pass keeps 7 fractional bits in its 16-bit row buffer (at most 255 << 7 = 32640,
 // so the values fit int16 for SSE2's multiply-add); the horizontal pass then accumulates kBits
 // more, so it shifts by 7 + kBits at the end.
@@ -103,8 +106,8 @@ void Trim(Window& w) {
 #define SLUICE_MULTIVERSION
 #endif
 
-#if !defined(__SSE2__)
-// acc[k] = sum_t w[t] * rows[t][k], then row[k] = rounded acc >> kVerticalShift.
+// acc[k] = sum_t w[t] * rows[t][k], then row[k] = rounded acc >> kVerticalShift. The portable
+// path (non-x86 CPUs, and tests via ForceScalarResampleForTesting).
 SLUICE_MULTIVERSION
 void VerticalPass(const uint8_t* base, int64_t stride, const int32_t* weights, int count, int64_t n,
                   int32_t* __restrict acc, uint16_t* __restrict row) {
@@ -120,7 +123,6 @@ void VerticalPass(const uint8_t* base, int64_t stride, const int32_t* weights, i
   }
   for (int64_t k = 0; k < n; ++k) row[k] = static_cast<uint16_t>(acc[k] >> kVerticalShift);
 }
-#endif
 
 #if defined(__SSE2__)
 // The same with SSE2 multiply-adds on pairs of rows: 16 columns per step, two taps per pmaddwd.
@@ -361,13 +363,16 @@ void ResamplePlan::Run(const ImageView& src, uint8_t* dst) const {
   const int channels = src.channels;
   const int64_t first_col = x_.first_input();
   const int64_t n = (x_.end_input() - first_col) * channels;
+#if defined(__SSE2__)
+  const bool simd = !force_scalar.load(std::memory_order_relaxed);
+#else
+  const bool simd = false;
+#endif
   // Per-thread scratch rows, reused across calls (no allocation per image once warm). The row
   // has zeroed padding for the SIMD pass, which may read a few pixels past a window's end.
   const int64_t padded = n + (x_.paired_taps() + 2) * channels;
-#if !defined(__SSE2__)
   thread_local std::vector<int32_t> acc;
-  if (static_cast<int64_t>(acc.size()) < n) acc.resize(n);
-#endif
+  if (!simd && static_cast<int64_t>(acc.size()) < n) acc.resize(n);
   thread_local std::vector<uint16_t> row;
   if (static_cast<int64_t>(row.size()) < padded) row.resize(padded);
   std::fill(row.begin() + n, row.begin() + padded, 0);
@@ -376,25 +381,29 @@ void ResamplePlan::Run(const ImageView& src, uint8_t* dst) const {
   for (int64_t oy = 0; oy < y_.out_size(); ++oy) {
     const uint8_t* base =
         src.data + (y_.start(oy) - src.origin_y) * src.stride + (first_col - src.origin_x) * channels;
-#if defined(__SSE2__)
-    VerticalPassSse2(base, src.stride, y_.weights16(oy), y_.count(oy), n, row.data());
-#else
-    VerticalPass(base, src.stride, y_.weights(oy), y_.count(oy), n, acc.data(), row.data());
-#endif
     uint8_t* out = dst + oy * out_row_bytes;
+#if defined(__SSE2__)
+    if (simd) {
+      VerticalPassSse2(base, src.stride, y_.weights16(oy), y_.count(oy), n, row.data());
+      switch (channels) {
+        case 3: HorizontalPassSse2Dispatch<3>(row.data(), x_, first_col, out); continue;
+        case 4: HorizontalPassSse2Dispatch<4>(row.data(), x_, first_col, out); continue;
+        case 1: HorizontalPassFixed<1>(row.data(), x_, first_col, out); continue;
+        default: HorizontalPassGeneric(row.data(), x_, first_col, channels, out); continue;
+      }
+    }
+#endif
+    VerticalPass(base, src.stride, y_.weights(oy), y_.count(oy), n, acc.data(), row.data());
     switch (channels) {
       case 1: HorizontalPassFixed<1>(row.data(), x_, first_col, out); break;
-#if defined(__SSE2__)
-      case 3: HorizontalPassSse2Dispatch<3>(row.data(), x_, first_col, out); break;
-      case 4: HorizontalPassSse2Dispatch<4>(row.data(), x_, first_col, out); break;
-#else
       case 3: HorizontalPassFixed<3>(row.data(), x_, first_col, out); break;
       case 4: HorizontalPassFixed<4>(row.data(), x_, first_col, out); break;
-#endif
       default: HorizontalPassGeneric(row.data(), x_, first_col, channels, out); break;
     }
   }
 }
+
+void ForceScalarResampleForTesting(bool scalar) { force_scalar.store(scalar, std::memory_order_relaxed); }
 
 void ResampleImage(const uint8_t* src, int64_t width, int channels, const ResampleGeometry& geometry,
                    uint8_t* dst) {

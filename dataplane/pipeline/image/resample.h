@@ -5,9 +5,11 @@
 // A ResamplePlan is built once per call from the geometry (source box, clamp bounds, output size,
 // flips) and holds per-axis fixed-point weight tables, so the inner loops do only integer
 // multiply-adds: no divisions and no floating point per pixel. The vertical pass runs first, one
-// output row at a time over contiguous source rows (auto-vectorised, AVX2 when available), into a
-// 16-bit row buffer; the horizontal pass then reads that row, two taps per SSE2 multiply-add for
-// 3- and 4-channel images. Flips cost nothing: they reverse the weight tables.
+// output row at a time over contiguous source rows (SSE2: 16 columns x 2 rows per multiply-add
+// step), into a 16-bit row buffer; the horizontal pass then reads that row (SSE2: two output
+// pixels per step, two taps of all channels per multiply-add, for 3 and 4 channels). Portable
+// scalar kernels give bit-identical results elsewhere. Flips cost nothing: they reverse the
+// weight tables.
 //
 // Everything here is a pure function of its inputs; plans are immutable and thread-safe.
 #ifndef SLUICE_DATAPLANE_PIPELINE_IMAGE_RESAMPLE_H_
@@ -109,6 +111,10 @@ class ResamplePlan {
 // bounds must lie inside it).
 void ResampleImage(const uint8_t* src, int64_t width, int channels, const ResampleGeometry& geometry,
                    uint8_t* dst);
+
+// Makes every ResamplePlan::Run use the portable scalar kernels (what non-x86 CPUs run) instead
+// of SSE2, so tests can check both on x86. Process-wide; for tests only.
+void ForceScalarResampleForTesting(bool scalar);
 
 }  // namespace sluice::pipeline::image
 

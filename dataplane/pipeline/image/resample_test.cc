@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <vector>
 
 #include "dataplane/pipeline/image/image_test_util.h"
@@ -207,6 +208,39 @@ TEST_CASE("Channel counts other than 3 use the generic path correctly") {
     INFO("channels " << channels);
     CHECK(Compare(out, ref).max <= 1);
   }
+}
+
+// Restores the SIMD kernels when a test that forced the scalar ones ends.
+struct ScalarKernels {
+  ScalarKernels() { ForceScalarResampleForTesting(true); }
+  ~ScalarKernels() { ForceScalarResampleForTesting(false); }
+};
+
+TEST_CASE("The portable scalar kernels give exactly the SIMD kernels' output") {
+  std::mt19937_64 rng(77);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int64_t channels = std::vector<int64_t>{1, 3, 4, 2}[trial % 4];
+    const int64_t h = 5 + static_cast<int64_t>(rng() % 120), w = 5 + static_cast<int64_t>(rng() % 120);
+    RawImage img = NoiseImage(h, w, channels, trial);
+    const ResizeMethod m = std::vector<ResizeMethod>{ResizeMethod::kBilinear, ResizeMethod::kArea,
+                                                      ResizeMethod::kNearest}[trial % 3];
+    ResampleGeometry g = Full(img, 1 + static_cast<int64_t>(rng() % 90), 1 + static_cast<int64_t>(rng() % 90), m,
+                              trial % 5 != 0);
+    g.flip_horizontal = trial % 2 == 0;
+    RawImage simd = Run(img, g);
+    RawImage scalar;
+    {
+      ScalarKernels force;
+      scalar = Run(img, g);
+    }
+    INFO("trial " << trial << ": " << h << "x" << w << "x" << channels << " -> " << g.out_h << "x" << g.out_w);
+    REQUIRE(Compare(simd, scalar).max == 0);
+  }
+  // And the scalar path alone against the floating-point reference.
+  ScalarKernels force;
+  RawImage img = NoiseImage(61, 83, 3, 9);
+  CHECK(Compare(Run(img, Full(img, 20, 30, ResizeMethod::kBilinear)),
+                Reference(img, 20, 30, ResizeMethod::kBilinear, true)).max <= 1);
 }
 
 TEST_CASE("ParseResizeMethod accepts the three names and rejects others") {
