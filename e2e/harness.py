@@ -124,7 +124,7 @@ class ProcessNode:
 
 
 class Cluster:
-    def __init__(self, workdir=None, kubeconfig=None, apiserver_args=(), python=sys.executable):
+    def __init__(self, workdir=None, kubeconfig=None, apiserver_args=(), python=sys.executable, users=None):
         self.kubeconfig = kubeconfig if kubeconfig is not None else os.environ.get("KUBECONFIG")
         self.real = bool(self.kubeconfig)
         self._own_workdir = workdir is None
@@ -136,6 +136,9 @@ class Cluster:
         self.url = None
         self.client = None
         self.nodes = []
+        self.processes = []
+        # Extra test-server users: {name: [groups]}; each gets a token "<name>-token" (see kubeconfig_for).
+        self.users = dict(users or {})
         self._node_index = 0
         self._slot = None
 
@@ -149,6 +152,8 @@ class Cluster:
         tokens = os.path.join(self.workdir, "tokens.csv")
         with open(tokens, "w") as fh:
             fh.write('%s,e2e-admin,1,"system:masters"\n' % ADMIN_TOKEN)
+            for i, (user, groups) in enumerate(sorted(self.users.items())):
+                fh.write('%s,%s,%d,"%s"\n' % (self._token_of(user), user, 100 + i, ",".join(groups)))
         port_file = os.path.join(self.workdir, "apiserver.port")
         argv = [self.python, "-m", "e2e.apiserver", "--port", "0", "--port-file", port_file,
                 "--token-file", tokens] + self.apiserver_args
@@ -171,8 +176,15 @@ class Cluster:
         return self
 
     def teardown(self):
-        """Stops process nodes (their pods' processes with them) and the API server."""
+        """Stops processes started with start_process(), process nodes (their pods' processes with them) and the
+        API server."""
         errors = []
+        for process in reversed(self.processes):
+            try:
+                process.stop(10)
+            except OSError as exc:
+                errors.append(exc)
+        self.processes = []
         for node in reversed(self.nodes):
             try:
                 node.stop()
@@ -198,6 +210,37 @@ class Cluster:
     def __exit__(self, *exc):
         self.teardown()
         return False
+
+    # ------------------------------------------------------------------------------------------ processes
+
+    def start_process(self, name, argv, env=None):
+        """Starts a child process (own process group, output in <workdir>/<name>.log) that teardown() stops."""
+        process = ManagedProcess(argv, os.path.join(self.workdir, name + ".log"), env=env)
+        self.processes.append(process)
+        return process
+
+    # ------------------------------------------------------------------------------------------ users
+
+    @staticmethod
+    def _token_of(user):
+        return "%s-token" % user.replace(":", "-")
+
+    def kubeconfig_for(self, user):
+        """A kubeconfig for one of the `users` given to the constructor (test server only)."""
+        if self.real:
+            raise RuntimeError("kubeconfig_for() needs the test API server; a real cluster has its own users")
+        if user not in self.users:
+            raise KeyError("user %r was not given to Cluster(users=...)" % user)
+        path = os.path.join(self.workdir, "kubeconfig-" + self._token_of(user))
+        return write_kubeconfig(path, self.url, self._token_of(user))
+
+    # ------------------------------------------------------------------------------------------ test server admin
+
+    def admin(self, method, path, body=None):
+        """Calls the test server's admin API (/_admin/...): faults, stats, watches, RBAC policy."""
+        if self.real:
+            raise RuntimeError("the admin API %s exists only on the test API server" % path)
+        return self.client.call(method, "/_admin/" + path.lstrip("/"), body)
 
     # ------------------------------------------------------------------------------------------ nodes
 

@@ -50,6 +50,7 @@ DataServiceController::DataServiceController(kube::Client* client, OperatorOptio
     o.ns = std::move(ns);
     o.label_selector = std::move(selector);
     o.clock = options_.clock;
+    reflector_names_.push_back(o.resource.plural);
     reflectors_.push_back(std::make_unique<kube::Reflector>(client_, store, std::move(o)));
     return reflectors_.back().get();
   };
@@ -101,11 +102,20 @@ absl::Status DataServiceController::Start(absl::Duration sync_timeout) {
                        "persistentvolumeclaims, nodes and dataservices?)"));
     }
   }
+  if (options_.metrics != nullptr) {
+    options_.metrics->SetQueueSources([this] { return static_cast<int64_t>(queue_.Len()); },
+                                      [this] { return static_cast<int64_t>(queue_.NumWaiting()); });
+    for (size_t i = 0; i < reflectors_.size(); ++i) {
+      kube::Reflector* r = reflectors_[i].get();
+      options_.metrics->SetReflectorSources(reflector_names_[i], [r] { return r->watch_restarts(); },
+                                            [r] { return r->relists(); });
+    }
+  }
   kube::ControllerOptions copts;
   copts.name = "dataservice";
   copts.workers = options_.workers;
   copts.on_result = [this](const std::string& key, const absl::StatusOr<kube::ReconcileResult>& result) {
-    if (!result.ok()) Log(absl::StrCat("reconcile ", key, ": ", result.status().ToString()));
+    if (!result.ok()) Warn("reconcile failed; retrying with backoff", key, result.status());
   };
   controller_ = std::make_unique<kube::Controller>(
       &queue_, [this](const std::string& key) { return ReconcileKey(key); }, copts);
@@ -116,14 +126,15 @@ absl::Status DataServiceController::Start(absl::Duration sync_timeout) {
 void DataServiceController::Stop() {
   if (controller_) controller_->Stop();  // shuts the queue down and joins the workers
   for (auto& r : reflectors_) r->Stop();
+  if (options_.metrics != nullptr) options_.metrics->ClearSources();
 }
 
-void DataServiceController::Log(absl::string_view line) const {
+void DataServiceController::Warn(absl::string_view what, absl::string_view key, const absl::Status& status) const {
   if (options_.log) {
-    options_.log(line);
-  } else {
-    SLUICE_LOG(Warning, line);
+    options_.log(absl::StrCat(key, key.empty() ? "" : ": ", what, ": ", status.ToString()));
+    return;
   }
+  SLUICE_LOG(Warning, what).With("dataservice", key).With("error", status.ToString());
 }
 
 ReconcileInput DataServiceController::BuildInput(const json& dataservice) const {
@@ -137,7 +148,7 @@ ReconcileInput DataServiceController::BuildInput(const json& dataservice) const 
       if (p.ok()) {
         out->push_back(*std::move(p));
       } else {
-        Log(absl::StrCat("ignoring malformed cached pod: ", p.status().message()));
+        Warn("ignoring a malformed cached pod", "", p.status());
       }
     }
   };
@@ -161,6 +172,13 @@ ReconcileInput DataServiceController::BuildInput(const json& dataservice) const 
 }
 
 absl::StatusOr<kube::ReconcileResult> DataServiceController::ReconcileKey(const std::string& key) {
+  absl::Time start = absl::Now();
+  absl::StatusOr<kube::ReconcileResult> result = ReconcileOnce(key);
+  if (options_.metrics != nullptr) options_.metrics->ObserveReconcile(absl::Now() - start, result.ok());
+  return result;
+}
+
+absl::StatusOr<kube::ReconcileResult> DataServiceController::ReconcileOnce(const std::string& key) {
   kube::ObjectPtr dataservice = dataservices_.Get(key);
   if (dataservice == nullptr) {  // gone: garbage collection removes what it owned
     absl::MutexLock lock(&mu_);
@@ -177,7 +195,7 @@ absl::StatusOr<kube::ReconcileResult> DataServiceController::ReconcileKey(const 
   absl::StatusOr<ReconcileResult> result = Reconcile(input);
   if (!result.ok()) {
     // The object cannot be identified; retrying will not help until it changes.
-    Log(absl::StrCat("cannot reconcile ", key, ": ", result.status().message()));
+    Warn("cannot reconcile", key, result.status());
     return kube::ReconcileResult{};
   }
   {
@@ -200,7 +218,10 @@ absl::StatusOr<kube::ReconcileResult> DataServiceController::ReconcileKey(const 
 void DataServiceController::Emit(const json& dataservice, const EmitEvent& event) {
   absl::Status s = recorder_.Record(dataservice, event.type == "Warning" ? kube::EventType::kWarning : kube::EventType::kNormal,
                                     event.reason, event.action, event.note);
-  if (!s.ok()) Log(absl::StrCat("recording event ", event.reason, ": ", s.ToString()));
+  if (!s.ok()) {
+    if (options_.metrics != nullptr) options_.metrics->CountApiError("event");
+    Warn(absl::StrCat("recording event ", event.reason), kube::ObjectKey(dataservice), s);
+  }
 }
 
 absl::Status DataServiceController::Execute(const std::string& key, const json& dataservice,
@@ -208,8 +229,9 @@ absl::Status DataServiceController::Execute(const std::string& key, const json& 
   const std::string ns = kube::NamespaceOf(dataservice);
   const std::string name = kube::NameOf(dataservice);
   absl::Status first_error;
-  auto fail = [&](const absl::Status& s, const std::string& what) {
-    Log(absl::StrCat(key, ": ", what, ": ", s.ToString()));
+  auto fail = [&](const absl::Status& s, const std::string& what, const char* operation) {
+    if (options_.metrics != nullptr) options_.metrics->CountApiError(operation);
+    Warn(what, key, s);
     if (first_error.ok()) first_error = s;
   };
   kube::WriteOptions write;
@@ -219,6 +241,7 @@ absl::Status DataServiceController::Execute(const std::string& key, const json& 
     if (const auto* c = std::get_if<CreateObject>(&action)) {
       absl::StatusOr<json> created = client_->Create(RefForKind(c->kind), ns, c->manifest, write);
       if (created.ok()) {
+        SLUICE_LOG(Info, "created").With("dataservice", key).With("kind", c->kind).With("name", c->name);
         Emit(dataservice, c->event);
       } else if (!absl::IsAlreadyExists(created.status())) {  // exists: the cache will show it
         {
@@ -227,7 +250,7 @@ absl::Status DataServiceController::Execute(const std::string& key, const json& 
         }
         Emit(dataservice, EmitEvent{"Warning", "FailedCreate", "Create",
                                     absl::StrCat("creating ", c->kind, " ", c->name, ": ", created.status().message())});
-        fail(created.status(), absl::StrCat("create ", c->kind, " ", c->name));
+        fail(created.status(), absl::StrCat("create ", c->kind, " ", c->name), "create");
       }
     } else if (const auto* a = std::get_if<ApplyObject>(&action)) {
       absl::StatusOr<json> applied =
@@ -235,13 +258,15 @@ absl::Status DataServiceController::Execute(const std::string& key, const json& 
       if (applied.ok()) {
         Emit(dataservice, a->event);
       } else {
-        fail(applied.status(), absl::StrCat("apply ", a->kind, " ", a->name));
+        fail(applied.status(), absl::StrCat("apply ", a->kind, " ", a->name), "apply");
       }
     } else if (const auto* d = std::get_if<DeleteObject>(&action)) {
       kube::DeleteOptions opts;
       opts.precondition_uid = d->uid;
       absl::StatusOr<json> deleted = client_->Delete(RefForKind(d->kind), ns, d->name, opts);
       if (deleted.ok()) {
+        SLUICE_LOG(Info, "deleted").With("dataservice", key).With("kind", d->kind).With("name", d->name)
+            .With("reason", d->reason);
         Emit(dataservice, d->event);
       } else if (absl::IsNotFound(deleted.status())) {
         absl::MutexLock lock(&mu_);
@@ -253,20 +278,20 @@ absl::Status DataServiceController::Execute(const std::string& key, const json& 
         }
         Emit(dataservice, EmitEvent{"Warning", "FailedDelete", "Delete",
                                     absl::StrCat("deleting ", d->kind, " ", d->name, ": ", deleted.status().message())});
-        fail(deleted.status(), absl::StrCat("delete ", d->kind, " ", d->name));
+        fail(deleted.status(), absl::StrCat("delete ", d->kind, " ", d->name), "delete");
       }
     } else if (const auto* s = std::get_if<UpdateStatus>(&action)) {
       absl::StatusOr<json> patched = kube::PatchStatus(*client_, DataServices(), ns, name, s->status);
-      if (!patched.ok()) fail(patched.status(), "status update");
+      if (!patched.ok()) fail(patched.status(), "status update", "status");
     } else if (const auto* e = std::get_if<EmitEvent>(&action)) {
       Emit(dataservice, *e);
     } else if (const auto* af = std::get_if<AddFinalizer>(&action)) {
       // Guarded by a test of the current list (null when absent), as kube::AddFinalizer does.
       absl::StatusOr<json> r = kube::AddFinalizer(*client_, DataServices(), dataservice, af->finalizer);
-      if (!r.ok()) fail(r.status(), "add finalizer");
+      if (!r.ok()) fail(r.status(), "add finalizer", "finalizer");
     } else if (const auto* rf = std::get_if<RemoveFinalizer>(&action)) {
       absl::StatusOr<json> r = kube::RemoveFinalizer(*client_, DataServices(), dataservice, rf->finalizer);
-      if (!r.ok() && !absl::IsNotFound(r.status())) fail(r.status(), "remove finalizer");
+      if (!r.ok() && !absl::IsNotFound(r.status())) fail(r.status(), "remove finalizer", "finalizer");
     } else if (std::holds_alternative<DrainWorkers>(action)) {
       // No dispatcher drain RPC yet: report the drain as done so the finalizer is released now.
       {

@@ -37,6 +37,7 @@
 #include "kube/workqueue.h"
 #include "nlohmann/json.hpp"
 #include "operator/expectations.h"
+#include "operator/operator_metrics.h"
 #include "operator/reconciler.h"
 
 namespace sluice::op {
@@ -55,8 +56,12 @@ struct OperatorOptions {
   std::string field_manager = "sluice-operator";
   std::string reporting_instance = "sluice-operator";
   kube::Clock* clock = kube::Clock::Real();
-  // Receives one line per noteworthy happening (failed API calls, malformed cached objects).
+  // Receives one line per noteworthy happening (failed API calls, malformed cached objects)
+  // instead of the structured log (tests capture them).
   std::function<void(absl::string_view)> log;
+  // Reconcile counts and latency, queue depth, watch restarts, API errors (optional; must outlive
+  // the controller).
+  OperatorMetrics* metrics = nullptr;
 };
 
 class DataServiceController {
@@ -77,10 +82,12 @@ class DataServiceController {
   int64_t reconciles() const { return controller_ ? controller_->reconciles() : 0; }
 
  private:
+  absl::StatusOr<kube::ReconcileResult> ReconcileOnce(const std::string& key);
   ReconcileInput BuildInput(const nlohmann::json& dataservice) const;
   absl::Status Execute(const std::string& key, const nlohmann::json& dataservice, const ReconcileResult& result);
   void Emit(const nlohmann::json& dataservice, const EmitEvent& event);
-  void Log(absl::string_view line) const;
+  // A problem worth a warning: `what` happened to DataService `key` (or "" when none).
+  void Warn(absl::string_view what, absl::string_view key, const absl::Status& status) const;
   kube::ResourceEventHandler ConsumerPodHandler();
 
   kube::Client* const client_;
@@ -94,6 +101,7 @@ class DataServiceController {
   kube::Store claims_;
   kube::Store nodes_;
   std::vector<std::unique_ptr<kube::Reflector>> reflectors_;
+  std::vector<std::string> reflector_names_;  // resource plural of each reflector, for metrics
   std::unique_ptr<kube::Controller> controller_;
 
   mutable absl::Mutex mu_;

@@ -1,27 +1,35 @@
 // sluice-operator: reconciles DataService objects (sluice.dev/v1alpha1) into dispatcher and worker
 // pods. Connects with --kubeconfig, $KUBECONFIG, ~/.kube/config or the in-cluster service account;
-// optionally elects a leader over a Lease so that only one replica acts. Stops on SIGTERM/SIGINT.
+// optionally elects a leader over a Lease so that only one replica acts. Serves /metrics, /healthz
+// and /readyz; logs structured lines to stderr. Stops on SIGTERM/SIGINT.
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
-#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stop_token>
 #include <string>
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/admin_server.h"
+#include "common/log.h"
 #include "kube/client.h"
 #include "kube/config.h"
 #include "kube/leader_election.h"
 #include "operator/controller.h"
+#include "operator/operator_flags.h"
+#include "operator/operator_metrics.h"
 
 namespace {
+
+using sluice::log::Level;
 
 std::string DefaultIdentity() {
   if (const char* pod = std::getenv("POD_NAME"); pod != nullptr && *pod != '\0') return pod;
@@ -30,34 +38,31 @@ std::string DefaultIdentity() {
   return "sluice-operator";
 }
 
+Level ParseLevel(const std::string& name) {
+  std::string l = absl::AsciiStrToLower(name);
+  if (l == "debug") return Level::kDebug;
+  if (l == "warning") return Level::kWarning;
+  if (l == "error") return Level::kError;
+  return Level::kInfo;
+}
+
+// What /readyz reports.
+enum class Phase { kStarting, kStandby, kRunning, kStopping };
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"sluice-operator: reconciles DataService objects into dispatcher and worker pods"};
-  std::string kubeconfig, context, watch_namespace, identity = DefaultIdentity();
-  std::string lease_namespace, lease_name = "sluice-operator";
-  bool leader_elect = false;
-  int workers = 2;
-  double resync_seconds = 30, sync_timeout_seconds = 60, expectations_timeout_seconds = 300;
-  double drain_timeout_seconds = 600;
-  app.add_option("--kubeconfig", kubeconfig, "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)");
-  app.add_option("--context", context, "kubeconfig context (default: the current context)");
-  app.add_option("--namespace", watch_namespace, "only reconcile DataServices of this namespace (default: all)");
-  app.add_option("--workers", workers, "concurrent reconciles")->check(CLI::Range(1, 64));
-  app.add_flag("--leader-elect", leader_elect, "act only while holding the leader Lease");
-  app.add_option("--lease-namespace", lease_namespace, "namespace of the leader Lease (default: the config's namespace)");
-  app.add_option("--lease-name", lease_name, "name of the leader Lease");
-  app.add_option("--identity", identity, "leader-election identity and event reportingInstance (default: $POD_NAME or hostname)");
-  app.add_option("--resync-seconds", resync_seconds, "reconcile DataServices with local placement at least this often")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--sync-timeout-seconds", sync_timeout_seconds, "how long to wait for the informer caches")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--expectations-timeout-seconds", expectations_timeout_seconds,
-                 "give up waiting to observe own creates/deletes after this long")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--drain-timeout-seconds", drain_timeout_seconds, "release a deleted DataService after this long")
-      ->check(CLI::PositiveNumber);
+  sluice::op::OperatorFlags flags;
+  sluice::op::AddOperatorFlags(app, flags);
   CLI11_PARSE(app, argc, argv);
+  sluice::log::SetComponent("operator");
+  if (absl::Status valid = sluice::op::ValidateOperatorFlags(flags); !valid.ok()) {
+    SLUICE_LOG(Error, "invalid flags").With("error", valid.message());
+    return 2;
+  }
+  sluice::log::SetMinLevel(ParseLevel(flags.log_level));
+  if (flags.identity.empty()) flags.identity = DefaultIdentity();
 
   // Signals are taken by one thread with sigwait; every other thread inherits the blocked mask.
   // SIGUSR1 only wakes that thread up at exit.
@@ -72,13 +77,14 @@ int main(int argc, char** argv) {
     int sig = 0;
     sigwait(&signals, &sig);
     if (sig == SIGTERM || sig == SIGINT) {
-      std::fprintf(stderr, "sluice-operator: signal %d, stopping\n", sig);
+      SLUICE_LOG(Info, "signal received, stopping").With("signal", sig);
       stop.request_stop();
     }
   });
   auto finish = [&](int code) {
     pthread_kill(signal_thread.native_handle(), SIGUSR1);
     signal_thread.join();
+    SLUICE_LOG(Info, "exiting").With("code", code);
     return code;
   };
   auto wait_for_stop = [&] {
@@ -88,48 +94,104 @@ int main(int argc, char** argv) {
     cv.wait(lock, stop.get_token(), [] { return false; });
   };
 
-  absl::StatusOr<sluice::kube::Config> config = sluice::kube::LoadDefaultConfig(kubeconfig, context);
+  // Observability first, so probes answer while the caches fill.
+  sluice::op::OperatorMetrics metrics;
+  std::atomic<Phase> phase{Phase::kStarting};
+  auto readiness = [&phase]() -> absl::Status {
+    switch (phase.load()) {
+      case Phase::kRunning: return absl::OkStatus();
+      case Phase::kStandby: return absl::OkStatus();  // a standby replica is healthy and ready to take over
+      case Phase::kStarting: return absl::UnavailableError("informer caches are not synced yet");
+      case Phase::kStopping: return absl::UnavailableError("stopping");
+    }
+    return absl::OkStatus();
+  };
+  std::optional<std::string> metrics_address = *sluice::op::ParseListenAddress(flags.metrics_address, "--metrics-address");
+  std::optional<std::string> health_address = *sluice::op::ParseListenAddress(flags.health_address, "--health-address");
+  std::unique_ptr<sluice::AdminServer> metrics_server, health_server;
+  if (metrics_address.has_value()) {
+    auto started = sluice::AdminServer::Start(*metrics_address, metrics.registry());
+    if (!started.ok()) {
+      SLUICE_LOG(Error, "cannot serve metrics").With("error", started.status().message());
+      return finish(2);
+    }
+    metrics_server = *std::move(started);
+  }
+  if (health_address.has_value() && health_address != metrics_address) {
+    auto started = sluice::AdminServer::Start(*health_address, std::make_shared<prometheus::Registry>());
+    if (!started.ok()) {
+      SLUICE_LOG(Error, "cannot serve health probes").With("error", started.status().message());
+      return finish(2);
+    }
+    health_server = *std::move(started);
+  }
+  for (sluice::AdminServer* server : {metrics_server.get(), health_server.get()}) {
+    if (server == nullptr) continue;
+    server->SetReadinessCheck(readiness);
+    server->SetReady(true);  // the check decides
+  }
+  SLUICE_LOG(Info, "listening")
+      .With("metrics_port", metrics_server ? metrics_server->port() : -1)
+      .With("health_port", health_server ? health_server->port() : (metrics_server ? metrics_server->port() : -1));
+
+  absl::StatusOr<sluice::kube::Config> config = sluice::kube::LoadDefaultConfig(flags.kubeconfig, flags.context);
   if (!config.ok()) {
-    std::fprintf(stderr, "sluice-operator: %s\n", std::string(config.status().message()).c_str());
+    SLUICE_LOG(Error, "cannot load the Kubernetes configuration").With("error", config.status().message());
     return finish(2);
   }
-  absl::StatusOr<std::unique_ptr<sluice::kube::Client>> client = sluice::kube::Client::Create(*config);
+  sluice::kube::ClientOptions client_options;
+  client_options.qps = flags.kube_qps;
+  client_options.burst = flags.kube_burst;
+  client_options.user_agent = "sluice-operator/0.1";
+  absl::StatusOr<std::unique_ptr<sluice::kube::Client>> client = sluice::kube::Client::Create(*config, client_options);
   if (!client.ok()) {
-    std::fprintf(stderr, "sluice-operator: %s\n", std::string(client.status().message()).c_str());
+    SLUICE_LOG(Error, "cannot create the Kubernetes client").With("error", client.status().message());
     return finish(2);
   }
 
   sluice::op::OperatorOptions options;
-  options.watch_namespace = watch_namespace;
-  options.workers = workers;
-  options.resync_period = absl::Seconds(resync_seconds);
-  options.reporting_instance = identity;
-  options.reconcile.expectations_timeout = absl::Seconds(expectations_timeout_seconds);
-  options.reconcile.drain_timeout = absl::Seconds(drain_timeout_seconds);
+  options.watch_namespace = flags.watch_namespace;
+  options.workers = flags.concurrency;
+  options.resync_period = absl::Seconds(flags.resync_seconds);
+  options.reporting_instance = flags.identity;
+  options.reconcile.expectations_timeout = absl::Seconds(flags.expectations_timeout_seconds);
+  options.reconcile.drain_timeout = absl::Seconds(flags.drain_timeout_seconds);
+  options.reconcile.drain_poll_interval = absl::Seconds(flags.drain_poll_seconds);
+  options.metrics = &metrics;
   sluice::op::DataServiceController controller(client->get(), options);
 
   auto run = [&]() -> int {
-    absl::Status started = controller.Start(absl::Seconds(sync_timeout_seconds));
+    absl::Status started = controller.Start(absl::Seconds(flags.sync_timeout_seconds));
     if (!started.ok()) {
-      std::fprintf(stderr, "sluice-operator: %s\n", std::string(started.message()).c_str());
+      SLUICE_LOG(Error, "cannot start the controller").With("error", started.message());
       return 1;
     }
-    std::fprintf(stderr, "sluice-operator: running (%s)\n",
-                 watch_namespace.empty() ? "all namespaces" : ("namespace " + watch_namespace).c_str());
+    phase = Phase::kRunning;
+    metrics.SetLeader(true);
+    SLUICE_LOG(Info, "running")
+        .With("namespace", flags.watch_namespace.empty() ? "(all)" : flags.watch_namespace)
+        .With("concurrency", flags.concurrency)
+        .With("identity", flags.identity);
     wait_for_stop();
+    phase = Phase::kStopping;
     controller.Stop();
+    metrics.SetLeader(false);
     return 0;
   };
 
-  if (!leader_elect) return finish(run());
+  if (!flags.leader_elect) return finish(run());
 
   sluice::kube::LeaderElectionConfig le;
-  le.lease_namespace = lease_namespace.empty() ? config->ns : lease_namespace;
-  le.lease_name = lease_name;
-  le.identity = identity;
+  le.lease_namespace = flags.lease_namespace.empty() ? config->ns : flags.lease_namespace;
+  le.lease_name = flags.lease_name;
+  le.identity = flags.identity;
+  le.lease_duration = absl::Seconds(flags.lease_duration_seconds);
+  le.renew_deadline = absl::Seconds(flags.renew_deadline_seconds);
+  le.retry_period = absl::Seconds(flags.retry_period_seconds);
   std::atomic<int> code{0};
   std::thread leader_thread;
   le.on_started_leading = [&] {
+    SLUICE_LOG(Info, "acquired the leader Lease").With("lease", le.lease_namespace + "/" + le.lease_name);
     leader_thread = std::thread([&] {
       code = run();
       stop.request_stop();
@@ -137,18 +199,25 @@ int main(int argc, char** argv) {
   };
   le.on_stopped_leading = [&] {
     if (!stop.stop_requested()) {
-      std::fprintf(stderr, "sluice-operator: lost the leader Lease, exiting\n");
+      SLUICE_LOG(Error, "lost the leader Lease, exiting").With("lease", le.lease_namespace + "/" + le.lease_name);
       code = 1;
       stop.request_stop();  // ends run(); the process exits so a new leader takes over cleanly
     }
   };
+  le.on_new_leader = [&](const std::string& holder) {
+    SLUICE_LOG(Info, "leader observed").With("leader", holder).With("self", holder == flags.identity);
+  };
   sluice::kube::LeaderElector elector(client->get(), le);
   if (absl::Status valid = elector.Validate(); !valid.ok()) {
-    std::fprintf(stderr, "sluice-operator: %s\n", std::string(valid.message()).c_str());
+    SLUICE_LOG(Error, "invalid leader election settings").With("error", valid.message());
     return finish(2);
   }
+  phase = Phase::kStandby;
+  SLUICE_LOG(Info, "waiting for the leader Lease")
+      .With("lease", le.lease_namespace + "/" + le.lease_name)
+      .With("identity", flags.identity);
   absl::Status ran = elector.Run(stop.get_token());
-  if (!ran.ok()) std::fprintf(stderr, "sluice-operator: leader election: %s\n", std::string(ran.message()).c_str());
+  if (!ran.ok()) SLUICE_LOG(Error, "leader election failed").With("error", ran.ToString());
   stop.request_stop();
   if (leader_thread.joinable()) leader_thread.join();
   return finish(ran.ok() ? code.load() : 1);
