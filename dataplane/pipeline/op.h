@@ -30,6 +30,9 @@ class ElementOp {
  public:
   virtual ~ElementOp() = default;
   // Transforms `element` in place. Errors describe the bad data (e.g. "field 'image': not a JPEG").
+  // absl::DataLossError means "drop this element": an op configured to skip bad data (e.g.
+  // decode_jpeg with on_error: skip) returns it, and the map stage drops and counts the element
+  // whatever the map's own on_error says.
   virtual absl::Status Apply(Element& element, uint64_t seed) const = 0;
   // A short description for plans (e.g. "decode_jpeg(image, dct_scale=1/2)").
   virtual std::string Describe() const { return ""; }

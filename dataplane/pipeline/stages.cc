@@ -735,7 +735,8 @@ absl::StatusOr<Element> StackElements(std::vector<Element>& elements, bool pad, 
       out.Set(name, Tensor::StringsCopy(values, out_shape));
       continue;
     }
-    Tensor batch = Tensor::Allocate(proto.dtype(), out_shape);
+    // Every byte is written below (rows copied, padded rows filled first), so skip zero-filling.
+    Tensor batch = Tensor::AllocateUninitialized(proto.dtype(), out_shape);
     size_t item = DTypeSize(proto.dtype());
     size_t row_bytes = static_cast<size_t>(NumElements(max_shape)) * item;
     uint8_t* dst = batch.mutable_raw();

@@ -97,7 +97,8 @@ class MapStage : public Stage {
     absl::Status s = ApplyOps(ops_, MixKey(pipeline_seed, static_cast<uint64_t>(stage_index_) + 1000), e);
     if (s.ok()) s = CheckElementSize(e, max_bytes, stats());
     if (!s.ok()) {
-      if (skip_errors_ && s.code() != absl::StatusCode::kResourceExhausted) {
+      bool op_skips = s.code() == absl::StatusCode::kDataLoss;  // see ElementOp::Apply
+      if ((skip_errors_ || op_skips) && s.code() != absl::StatusCode::kResourceExhausted) {
         stats()->AddSkipped();
         return false;
       }

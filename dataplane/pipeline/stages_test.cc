@@ -301,3 +301,24 @@ TEST_CASE("the autotuner splits the CPU budget by measured cost and grows starve
 
 }  // namespace
 }  // namespace sluice::pipeline
+
+namespace sluice::pipeline {
+namespace {
+
+TEST_CASE("an op that skips bad data (DataLoss) drops the element even when the map fails on errors") {
+  sluice::testing::TempDir dir;
+  sluice::testing::WriteFile(dir.File("a.jpg"), "not a jpeg");
+  sluice::testing::WriteFile(dir.File("b.jpg"), "\xff\xd8\xff truncated");
+  auto p = testing::MakePipeline(absl::StrCat("source: {files: {files: '", dir.File("*.jpg"),
+                                              "'}}\nsteps:\n  - decode_jpeg: {field: image, on_error: skip}\n"));
+  REQUIRE(p.ok());
+  auto out = testing::Collect(**p);
+  REQUIRE(out.ok());
+  CHECK(out->empty());
+  CHECK((*p)->Stats()[1].errors_skipped == 2);
+  auto fail = testing::RunSpec(absl::StrCat("source: {files: {files: '", dir.File("*.jpg"), "'}}\nsteps:\n  - decode_jpeg: {field: image}\n"));
+  REQUIRE_FALSE(fail.ok());
+}
+
+}  // namespace
+}  // namespace sluice::pipeline

@@ -78,11 +78,12 @@ struct AlignedDeleter {
   void operator()(void* p) const { ::operator delete(p, std::align_val_t(64)); }
 };
 
-std::shared_ptr<void> AllocateAligned(size_t bytes) {
+std::shared_ptr<void> AllocateAligned(size_t bytes, bool zero) {
   void* p = ::operator new(bytes == 0 ? 1 : bytes, std::align_val_t(64));
-  std::memset(p, 0, bytes);
+  if (zero) std::memset(p, 0, bytes);
   return std::shared_ptr<void>(p, AlignedDeleter());
 }
+
 
 template <typename T>
 double Load(const uint8_t* p, int64_t i) {
@@ -93,12 +94,18 @@ double Load(const uint8_t* p, int64_t i) {
 
 }  // namespace
 
-Tensor Tensor::Allocate(DType dtype, Shape shape) {
+Tensor Tensor::Allocate(DType dtype, Shape shape) { return AllocateImpl(dtype, std::move(shape), /*zero=*/true); }
+
+Tensor Tensor::AllocateUninitialized(DType dtype, Shape shape) {
+  return AllocateImpl(dtype, std::move(shape), /*zero=*/false);
+}
+
+Tensor Tensor::AllocateImpl(DType dtype, Shape shape, bool zero) {
   Tensor t;
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
   size_t bytes = static_cast<size_t>(NumElements(t.shape_)) * DTypeSize(dtype);
-  auto storage = AllocateAligned(bytes);
+  auto storage = AllocateAligned(bytes, zero);
   t.buffer_.data = static_cast<const uint8_t*>(storage.get());
   t.buffer_.size = bytes;
   t.buffer_.owner = std::move(storage);

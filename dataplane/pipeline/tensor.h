@@ -63,6 +63,8 @@ class Tensor {
   // A new zero-initialised numeric tensor with its own 64-byte aligned storage. Write into it with
   // mutable_data() before sharing it.
   static Tensor Allocate(DType dtype, Shape shape);
+  // Like Allocate, without zero-filling: for outputs that are written in full (e.g. a batch).
+  static Tensor AllocateUninitialized(DType dtype, Shape shape);
   // A numeric tensor viewing existing bytes (no copy). `buffer.size` must equal the shape's bytes.
   static absl::StatusOr<Tensor> FromBuffer(DType dtype, Shape shape, Buffer buffer);
   // Scalar helpers (copying).
@@ -113,6 +115,7 @@ class Tensor {
   std::string DebugString(size_t max_values = 8) const;
 
  private:
+  static Tensor AllocateImpl(DType dtype, Shape shape, bool zero);
   DType dtype_ = DType::kInvalid;
   Shape shape_;
   Buffer buffer_;
