@@ -224,6 +224,32 @@ void DataServiceController::Emit(const json& dataservice, const EmitEvent& event
   }
 }
 
+void DataServiceController::RunDrainRound(const std::string& key, const DrainWorkers& drain) {
+  DrainProgress progress;
+  if (options_.drainer == nullptr) {
+    progress = DrainProgress{true, "draining is disabled in this operator; workers stop on SIGTERM"};
+  } else {
+    absl::StatusOr<DrainProgress> round = options_.drainer->Drain(drain);  // RPCs: no lock held
+    if (options_.metrics != nullptr) options_.metrics->CountDrainRpc(round.ok());
+    if (round.ok()) {
+      progress = *std::move(round);
+      SLUICE_LOG(Info, "drain round")
+          .With("dataservice", key)
+          .With("dispatcher", drain.dispatcher_endpoint.empty() ? drain.dispatcher_address : drain.dispatcher_endpoint)
+          .With("complete", progress.complete)
+          .With("progress", progress.message);
+    } else {
+      Warn("drain round failed; retrying until the drain timeout", key, round.status());
+      progress = DrainProgress{false, std::string(round.status().message())};
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    drains_[key] = progress;
+  }
+  if (progress.complete) queue_.Add(key);  // release the finalizer now, not at the next poll
+}
+
 absl::Status DataServiceController::Execute(const std::string& key, const json& dataservice,
                                             const ReconcileResult& result) {
   const std::string ns = kube::NamespaceOf(dataservice);
@@ -292,13 +318,8 @@ absl::Status DataServiceController::Execute(const std::string& key, const json& 
     } else if (const auto* rf = std::get_if<RemoveFinalizer>(&action)) {
       absl::StatusOr<json> r = kube::RemoveFinalizer(*client_, DataServices(), dataservice, rf->finalizer);
       if (!r.ok() && !absl::IsNotFound(r.status())) fail(r.status(), "remove finalizer", "finalizer");
-    } else if (std::holds_alternative<DrainWorkers>(action)) {
-      // No dispatcher drain RPC yet: report the drain as done so the finalizer is released now.
-      {
-        absl::MutexLock lock(&mu_);
-        drains_[key] = DrainProgress{true, "the drain RPC is not implemented yet; workers stop on SIGTERM"};
-      }
-      queue_.Add(key);
+    } else if (const auto* drain = std::get_if<DrainWorkers>(&action)) {
+      RunDrainRound(key, *drain);
     }
   }
   return first_error;

@@ -6,8 +6,10 @@
 // server (creates, server-side apply, uid-guarded deletes, status merge patches, guarded finalizer
 // patches, events.k8s.io Events).
 //
-// Draining: no dispatcher RPC exists yet, so a DrainWorkers action is answered at once with a
-// completed DrainProgress (workers then stop on SIGTERM) and the key is requeued.
+// Draining: a DrainWorkers action runs one drain round through the WorkerDrainer (the dispatcher's
+// RPC client); its progress is fed back to the next reconcile, and a completed drain requeues the
+// key at once so that the finalizer goes. Without a drainer (options.drainer null) draining is
+// disabled: the drain counts as complete at once (workers then stop on SIGTERM).
 //
 // Threading: Start/Stop from one owner thread. Reflector handlers run on the reflector threads and
 // only enqueue keys. Reconciles run on the kube::Controller's worker threads, concurrently for
@@ -36,6 +38,7 @@
 #include "kube/store.h"
 #include "kube/workqueue.h"
 #include "nlohmann/json.hpp"
+#include "operator/dispatcher_drainer.h"
 #include "operator/expectations.h"
 #include "operator/operator_metrics.h"
 #include "operator/reconciler.h"
@@ -62,6 +65,9 @@ struct OperatorOptions {
   // Reconcile counts and latency, queue depth, watch restarts, API errors (optional; must outlive
   // the controller).
   OperatorMetrics* metrics = nullptr;
+  // Drains workers of deleted DataServices through their dispatcher (optional, see above; must
+  // outlive the controller; called from reconcile threads, so it must be thread-safe).
+  WorkerDrainer* drainer = nullptr;
 };
 
 class DataServiceController {
@@ -86,6 +92,7 @@ class DataServiceController {
   ReconcileInput BuildInput(const nlohmann::json& dataservice) const;
   absl::Status Execute(const std::string& key, const nlohmann::json& dataservice, const ReconcileResult& result);
   void Emit(const nlohmann::json& dataservice, const EmitEvent& event);
+  void RunDrainRound(const std::string& key, const DrainWorkers& drain);
   // A problem worth a warning: `what` happened to DataService `key` (or "" when none).
   void Warn(absl::string_view what, absl::string_view key, const absl::Status& status) const;
   kube::ResourceEventHandler ConsumerPodHandler();

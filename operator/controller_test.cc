@@ -21,6 +21,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "kube/apply.h"
@@ -88,6 +89,29 @@ class TestApiServer {
 
 json Crd() { return testing::LoadYamlDocuments("crds/dataservices.sluice.dev.yaml").at(0); }
 
+// A drainer whose drain completes when the test says so; records what it was asked.
+class FakeDrainer final : public WorkerDrainer {
+ public:
+  absl::StatusOr<DrainProgress> Drain(const DrainWorkers& drain) override {
+    absl::MutexLock lock(&mu_);
+    calls_.push_back(drain);
+    return DrainProgress{complete_, complete_ ? "drained" : "1 worker busy"};
+  }
+  void Complete() {
+    absl::MutexLock lock(&mu_);
+    complete_ = true;
+  }
+  std::vector<DrainWorkers> calls() {
+    absl::MutexLock lock(&mu_);
+    return calls_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool complete_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<DrainWorkers> calls_ ABSL_GUARDED_BY(mu_);
+};
+
 TEST_CASE("the controller runs a Hybrid DataService against an API server", "[controller][integration]") {
   TestApiServer server;
   kube::Config config;
@@ -126,8 +150,11 @@ TEST_CASE("the controller runs a Hybrid DataService against an API server", "[co
 
   absl::Mutex log_mu;
   std::vector<std::string> log_lines;
+  FakeDrainer drainer;
   OperatorOptions options;
   options.workers = 1;
+  options.drainer = &drainer;
+  options.reconcile.drain_poll_interval = absl::Milliseconds(100);
   options.log = [&](absl::string_view line) {
     absl::MutexLock lock(&log_mu);
     log_lines.emplace_back(line);
@@ -213,10 +240,24 @@ TEST_CASE("the controller runs a Hybrid DataService against an API server", "[co
     CHECK(reasons.count("ScalingDown") == 1);
     CHECK(reasons.count("DeletedWorker") == 1);
 
-    // Deletion: the finalizer is released after the (stubbed) drain; garbage collection follows.
+    // Deletion: the DataService stays (finalizer) while the drain runs, polled through the drainer
+    // at the dispatcher pod's address; once drained the finalizer goes and garbage collection follows.
     REQUIRE(client.Delete(DataServices(), "ml", "ds").ok());
+    REQUIRE(WaitFor([&] { return drainer.calls().size() >= 2; }));
+    CHECK(get_ds()["metadata"].contains("deletionTimestamp"));
+    DrainWorkers first = drainer.calls()[0];
+    CHECK(first.dispatcher_endpoint == "127.0.0.2:5050");
+    CHECK(first.dispatcher_address == "ds-dispatcher.ml.svc:5050");
+    CHECK(first.workers.size() == 2);
+    drainer.Complete();
     REQUIRE(WaitFor([&] { return absl::IsNotFound(client.Get(DataServices(), "ml", "ds").status()); }));
     REQUIRE(WaitFor([&] { return worker_pods().empty(); }));
+    absl::StatusOr<json> later = client.List(kube::resources::Events(), "ml");
+    REQUIRE(later.ok());
+    std::set<std::string> drain_reasons;
+    for (const json& e : (*later)["items"]) drain_reasons.insert(e.value("reason", ""));
+    CHECK(drain_reasons.count("DrainStarted") == 1);
+    CHECK(drain_reasons.count("Drained") == 1);
   }
   controller.Stop();
 }

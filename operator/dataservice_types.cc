@@ -467,7 +467,7 @@ std::vector<FieldError> ValidateDataService(const DataService& ds) {
   }
   ValidateLabelMap(d.node_selector, "spec.dispatcher.nodeSelector", &errors);
   ValidateTolerations(d.tolerations, "spec.dispatcher.tolerations", &errors);
-  ValidateExtraArgs(d.extra_args, {"port", "metrics_port", "journal_dir"}, "spec.dispatcher.extraArgs", &errors);
+  ValidateExtraArgs(d.extra_args, {"port", "metrics_port", "journal_dir", "dataservice"}, "spec.dispatcher.extraArgs", &errors);
 
   // Workers.
   const WorkersSpec& w = spec.workers;
@@ -504,7 +504,7 @@ std::vector<FieldError> ValidateDataService(const DataService& ds) {
   if (w.termination_grace_period_seconds < 0) {
     errors.push_back({"spec.workers.terminationGracePeriodSeconds", "must not be negative"});
   }
-  ValidateExtraArgs(w.extra_args, {"dispatcher_address", "port", "metrics_port", "placement", "worker_address"},
+  ValidateExtraArgs(w.extra_args, {"dispatcher_address", "port", "metrics_port", "placement", "worker_address", "dataservice"},
                     "spec.workers.extraArgs", &errors);
 
   // Placement.

@@ -313,7 +313,7 @@ TEST_CASE("semantic validation names the field", "[types][validate]") {
   SECTION("flags the operator manages cannot be overridden") {
     DataService ds = *parsed;
     ds.spec.workers.extra_args = {"--threads=2", "--port=1", "-dispatcher_address=x", "verbose"};
-    ds.spec.dispatcher.extra_args = {"--journal_dir=/tmp"};
+    ds.spec.dispatcher.extra_args = {"--journal_dir=/tmp", "--dataservice=other"};
     auto errors = ValidateDataService(ds);
     INFO(Fields(errors));
     CHECK_FALSE(HasError(errors, "spec.workers.extraArgs[0]"));
@@ -321,6 +321,7 @@ TEST_CASE("semantic validation names the field", "[types][validate]") {
     CHECK(HasError(errors, "spec.workers.extraArgs[2]"));
     CHECK(HasError(errors, "spec.workers.extraArgs[3]"));
     CHECK(HasError(errors, "spec.dispatcher.extraArgs[0]"));
+    CHECK(HasError(errors, "spec.dispatcher.extraArgs[1]"));
   }
   SECTION("toleration consistency") {
     DataService ds = *parsed;

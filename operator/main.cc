@@ -24,6 +24,7 @@
 #include "kube/config.h"
 #include "kube/leader_election.h"
 #include "operator/controller.h"
+#include "operator/dispatcher_drainer.h"
 #include "operator/operator_flags.h"
 #include "operator/operator_metrics.h"
 
@@ -158,6 +159,14 @@ int main(int argc, char** argv) {
   options.reconcile.drain_timeout = absl::Seconds(flags.drain_timeout_seconds);
   options.reconcile.drain_poll_interval = absl::Seconds(flags.drain_poll_seconds);
   options.metrics = &metrics;
+  sluice::op::GrpcWorkerDrainerOptions drain_options;
+  drain_options.tls.ca_file = flags.dispatcher_tls_ca;
+  drain_options.tls.cert_file = flags.dispatcher_tls_cert;
+  drain_options.tls.key_file = flags.dispatcher_tls_key;
+  drain_options.tls.server_name_override = flags.dispatcher_tls_server_name;
+  drain_options.rpc_timeout = absl::Seconds(flags.drain_rpc_timeout_seconds);
+  sluice::op::GrpcWorkerDrainer drainer(drain_options);
+  options.drainer = &drainer;
   sluice::op::DataServiceController controller(client->get(), options);
 
   auto run = [&]() -> int {

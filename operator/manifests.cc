@@ -67,7 +67,8 @@ json WorkerPodSpec(const DataService& ds, Pool pool, const std::string& node) {
   std::string address = DispatcherAddress(ds);
   json args = json::array({absl::StrCat("--dispatcher_address=", address), absl::StrCat("--port=", w.port),
                            absl::StrCat("--metrics_port=", w.metrics_port), absl::StrCat("--placement=", PoolName(pool)),
-                           absl::StrCat("--worker_address=$(POD_IP):", w.port)});
+                           absl::StrCat("--worker_address=$(POD_IP):", w.port),
+                           absl::StrCat("--dataservice=", ds.metadata.name)});
   for (const std::string& a : w.extra_args) args.push_back(a);
   json container = {
       {"name", "worker"},
@@ -108,7 +109,8 @@ json WorkerPodSpec(const DataService& ds, Pool pool, const std::string& node) {
 
 json DispatcherPodSpec(const DataService& ds) {
   const DispatcherSpec& d = ds.spec.dispatcher;
-  json args = json::array({absl::StrCat("--port=", d.port), absl::StrCat("--metrics_port=", d.metrics_port)});
+  json args = json::array({absl::StrCat("--port=", d.port), absl::StrCat("--metrics_port=", d.metrics_port),
+                           absl::StrCat("--dataservice=", ds.metadata.name)});
   if (d.journal.has_value()) args.push_back(absl::StrCat("--journal_dir=", kJournalMountPath));
   for (const std::string& a : d.extra_args) args.push_back(a);
   json env = json::array({FieldEnv("POD_NAME", "metadata.name"), FieldEnv("POD_IP", "status.podIP"),

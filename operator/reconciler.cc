@@ -98,13 +98,17 @@ ReconcileResult ReconcileDeletion(const ReconcileInput& in, const ObjectMeta& me
   if (!meta.HasFinalizer(kDrainFinalizer)) return result;  // nothing of ours holds the object
   DataService named;
   named.metadata = meta;
-  std::vector<std::string> workers;
-  bool dispatcher_ready = false;
+  std::vector<const ObservedPod*> worker_pods;
+  const ObservedPod* dispatcher = nullptr;
   for (const ObservedPod* p : pods) {
-    if (IsWorker(*p) && Active(*p)) workers.push_back(p->name);
-    if (p->name == DispatcherPodName(named) && Active(*p) && p->ready) dispatcher_ready = true;
+    if (IsWorker(*p) && Active(*p)) worker_pods.push_back(p);
+    if (p->name == DispatcherPodName(named) && Active(*p) && p->ready) dispatcher = p;
   }
-  std::sort(workers.begin(), workers.end());
+  std::sort(worker_pods.begin(), worker_pods.end(),
+            [](const ObservedPod* a, const ObservedPod* b) { return a->name < b->name; });
+  std::vector<std::string> workers;
+  for (const ObservedPod* p : worker_pods) workers.push_back(p->name);
+  const bool dispatcher_ready = dispatcher != nullptr;
   absl::StatusOr<DataService> ds = ParseDataService(in.dataservice);
   absl::Time deadline = *meta.deletion_timestamp + in.options.drain_timeout;
 
@@ -128,7 +132,16 @@ ReconcileResult ReconcileDeletion(const ReconcileInput& in, const ObjectMeta& me
       result.actions.push_back(Event("Normal", "DrainStarted", "Drain",
                                      absl::StrCat("draining ", workers.size(), " workers before deletion")));
     }
-    result.actions.push_back(DrainWorkers{DispatcherAddress(*ds), workers});
+    DrainWorkers drain;
+    drain.dispatcher_address = DispatcherAddress(*ds);
+    if (!dispatcher->pod_ip.empty()) {
+      drain.dispatcher_endpoint = absl::StrCat(dispatcher->pod_ip, ":", ds->spec.dispatcher.port);
+    }
+    drain.workers = workers;
+    for (const ObservedPod* p : worker_pods) {
+      if (!p->pod_ip.empty()) drain.worker_addresses.push_back(absl::StrCat(p->pod_ip, ":", ds->spec.workers.port));
+    }
+    result.actions.push_back(std::move(drain));
     result.requeue_after = std::min(in.options.drain_poll_interval, deadline - in.now);
     return result;
   }

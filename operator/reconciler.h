@@ -78,12 +78,15 @@ struct RemoveFinalizer {
   std::string finalizer = kDrainFinalizer;
 };
 
-// Ask the dispatcher (through its RPC client) to drain these workers: stop handing them tasks and
-// let them finish their in-flight splits. The controller reports progress back in
-// ReconcileInput::drain. Not implemented by any controller yet.
+// Ask the dispatcher (through its RPC client) to drain its workers: stop handing them tasks and
+// splits and let them finish the jobs they serve. The controller reports progress back in
+// ReconcileInput::drain (the drain counts as complete when the dispatcher lists every worker as
+// draining with no tasks left).
 struct DrainWorkers {
-  std::string dispatcher_address;
-  std::vector<std::string> workers;
+  std::string dispatcher_address;   // the Service address, status.dispatcherAddress (TLS name, fallback)
+  std::string dispatcher_endpoint;  // the dispatcher pod's "podIP:port" (what the operator dials)
+  std::vector<std::string> workers;           // active worker pod names
+  std::vector<std::string> worker_addresses;  // their advertised addresses "podIP:port" (pods with an IP)
 };
 
 using Action = std::variant<CreateObject, ApplyObject, DeleteObject, UpdateStatus, EmitEvent, AddFinalizer,

@@ -227,8 +227,9 @@ class FakeCluster {
 
   void SetReady(const std::string& name, bool ready = true) {
     json& pod = pods_.at(name);
+    auto ip = ips_.try_emplace(name, absl::StrCat("10.0.0.", ips_.size() + 1)).first->second;
     pod["status"] = {{"phase", "Running"},
-                     {"podIP", "10.0.0.1"},
+                     {"podIP", ip},
                      {"conditions", json::array({{{"type", "Ready"}, {"status", ready ? "True" : "False"}}})}};
   }
   void SetAllReady() {
@@ -275,6 +276,7 @@ class FakeCluster {
 
   json ds_;
   std::map<std::string, json> pods_;
+  std::map<std::string, std::string> ips_;  // pod name -> the IP its kubelet reported
   std::map<std::string, json> services_;
   std::map<std::string, json> claims_;
   std::vector<ObservedNode> nodes_;
@@ -343,6 +345,7 @@ TEST_CASE("a new DataService gets its dispatcher, service and remote workers", "
     CHECK(Arg(pod, "--port") == "5050");
     CHECK(Arg(pod, "--metrics_port") == "8090");
     CHECK(Arg(pod, "--journal_dir") == "<missing>");
+    CHECK(Arg(pod, "--dataservice") == "ds");  // the metrics' dataservice label
     CHECK(ctr["readinessProbe"]["httpGet"]["path"] == "/readyz");
     CHECK(ctr["readinessProbe"]["httpGet"]["port"] == 8090);
     CHECK(pod["spec"]["terminationGracePeriodSeconds"] == 30);
@@ -359,6 +362,7 @@ TEST_CASE("a new DataService gets its dispatcher, service and remote workers", "
     CHECK(Arg(pod, "--port") == "5051");
     CHECK(Arg(pod, "--metrics_port") == "8091");
     CHECK(Arg(pod, "--worker_address") == "$(POD_IP):5051");
+    CHECK(Arg(pod, "--dataservice") == "ds");
     bool has_pod_ip = false;
     for (const json& e : ctr["env"]) {
       if (e["name"] == "POD_IP") has_pod_ip = e["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP";
@@ -1121,6 +1125,15 @@ TEST_CASE("deletion drains workers through the dispatcher, then releases the fin
   REQUIRE(drains.size() == 1);
   CHECK(drains[0].dispatcher_address == "ds-dispatcher.ml.svc:5050");
   CHECK(drains[0].workers == std::vector<std::string>{"ds-worker-remote-0", "ds-worker-remote-1"});
+  // The operator dials the dispatcher pod itself (not the Service name, which it may not resolve).
+  const std::string dispatcher_ip = c.pods().at("ds-dispatcher")["status"]["podIP"];
+  CHECK(drains[0].dispatcher_endpoint == dispatcher_ip + ":5050");
+  std::vector<std::string> addresses;
+  for (const char* w : {"ds-worker-remote-0", "ds-worker-remote-1"}) {
+    addresses.push_back(c.pods().at(w)["status"]["podIP"].get<std::string>() + ":5051");
+  }
+  CHECK(drains[0].worker_addresses == addresses);
+  CHECK(addresses[0] != addresses[1]);
   CHECK(FindEvent(r, "DrainStarted") != nullptr);
   CHECK(All<RemoveFinalizer>(r).empty());
   CHECK(All<CreateObject>(r).empty());
