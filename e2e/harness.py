@@ -137,6 +137,7 @@ class Cluster:
         self.client = None
         self.nodes = []
         self.processes = []
+        self.namespaces = []  # made by create_namespace(); deleted at teardown on a real cluster
         # Extra test-server users: {name: [groups]}; each gets a token "<name>-token" (see kubeconfig_for).
         self.users = dict(users or {})
         self._node_index = 0
@@ -179,6 +180,30 @@ class Cluster:
         """Stops processes started with start_process(), process nodes (their pods' processes with them) and the
         API server."""
         errors = []
+        if self.real and self.client is not None and self.namespaces:
+            # A real cluster outlives the test: remove the namespaces it made, while the processes the test
+            # started (an operator releasing finalizers) still run.
+            for ns in self.namespaces:
+                try:
+                    self.client.delete("/api/v1/namespaces/" + ns)
+                except ApiException as exc:
+                    if exc.status != 404:
+                        errors.append(exc)
+
+            def gone():
+                for ns in self.namespaces:
+                    try:
+                        self.client.get("/api/v1/namespaces/" + ns)
+                        return False
+                    except ApiException as exc:
+                        if exc.status != 404:
+                            raise
+                return True
+            try:
+                wait_until(gone, 120, message="the test namespaces to be deleted")
+            except TimeoutError as exc:
+                errors.append(exc)
+        self.namespaces = []
         for process in reversed(self.processes):
             try:
                 process.stop(10)
@@ -323,8 +348,10 @@ class Cluster:
 
     def create_namespace(self, name):
         try:
-            return self.client.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                                             "metadata": {"name": name}})
+            created = self.client.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                                "metadata": {"name": name}})
+            self.namespaces.append(name)
+            return created
         except ApiException as exc:
             if exc.status != 409:
                 raise

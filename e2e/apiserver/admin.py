@@ -124,13 +124,17 @@ class Stats:
             key = "%s %s" % (verb, resource) if resource else verb
             self._by_resource[key] = self._by_resource.get(key, 0) + 1
             self._codes[str(code)] = self._codes.get(str(code), 0) + 1
-            verbs = self._clients.setdefault(client or "unknown", {})
-            verbs[verb] = verbs.get(verb, 0) + 1
+            entry = self._clients.setdefault(client or "unknown", {"verbs": {}, "byResource": {}, "failed": 0})
+            entry["verbs"][verb] = entry["verbs"].get(verb, 0) + 1
+            entry["byResource"][key] = entry["byResource"].get(key, 0) + 1
+            if not 200 <= int(code) < 400:
+                entry["failed"] += 1
 
     def snapshot(self):
         with self._mu:
-            clients = {name: {"verbs": dict(verbs), "writes": sum(v for k, v in verbs.items() if k in WRITE_VERBS)}
-                       for name, verbs in self._clients.items()}
+            clients = {name: {"verbs": dict(e["verbs"]), "byResource": dict(e["byResource"]), "failed": e["failed"],
+                              "writes": sum(v for k, v in e["verbs"].items() if k in WRITE_VERBS)}
+                       for name, e in self._clients.items()}
             return {"requests": self._total, "verbs": dict(self._verbs), "byResource": dict(self._by_resource),
                     "codes": dict(self._codes), "byClient": clients,
                     "writes": sum(v for k, v in self._verbs.items() if k in WRITE_VERBS)}

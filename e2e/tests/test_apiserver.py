@@ -635,6 +635,9 @@ def test_fault_injection_and_stats(kube, ns):
     assert stats["byResource"]["create widgets"] == 2
     assert stats["writes"] == 4 and stats["codes"]["429"] == 1
     assert stats["byClient"]["e2e-tests"]["writes"] == 4 and stats["byClient"]["e2e-tests"]["verbs"]["get"] == 5
+    assert stats["byClient"]["e2e-tests"]["byResource"]["create widgets"] == 2
+    assert stats["byClient"]["e2e-tests"]["failed"] == stats["requests"] - stats["codes"].get("200", 0) - \
+        stats["codes"].get("201", 0)
     resp = kube.request("POST", "/_admin/faults", json.dumps({"status": 99}))
     assert resp.status == 400
 

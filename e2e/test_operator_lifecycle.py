@@ -1,0 +1,279 @@
+"""A DataService's life with real processes: sluice-operator, and sluice-dispatcher / sluice-worker pods run by a
+process node (or by a real cluster's nodes when KUBECONFIG is set).
+
+create -> Ready -> a client reads data -> scale through /scale -> workersToDelete -> rolling worker update ->
+delete while a client still reads (the drain holds the DataService until the client's job is done) -> gone.
+"""
+
+import collections
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from e2e import harness
+from e2e.sluice_support import (CRD, GROUP_VERSION, Operator, condition, dataservice, image_map, live_pods,
+                                python_path, require_binary, worker_selector)
+
+NS = "life"
+
+CLIENT = r"""
+import json, sys
+import sluice
+address, stop, pause_after = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+ds = sluice.Dataset(address, pipeline={"source": {"range": {"stop": stop, "split_size": 16}}},
+                    heartbeat_interval_s=0.1, create_timeout_s=30.0)
+values = []
+for element in ds:
+    values.append(int(element["value"]))
+    if len(values) == pause_after:
+        print("paused", flush=True)
+        sys.stdin.readline()
+print(json.dumps({"values": values, "stats": ds.stats()}), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    require_binary("sluice-dispatcher")
+    require_binary("sluice-worker")
+    with harness.Cluster(str(tmp_path_factory.mktemp("lifecycle"))) as cluster:
+        cluster.apply(CRD)
+        cluster.add_node("node-1", cpu="32", memory="64Gi", image_map=image_map(), schedule=True)
+        cluster.create_namespace(NS)
+        operator = Operator(cluster, args=["--drain-poll-seconds", "0.3", "--drain-timeout-seconds", "120",
+                                           "--concurrency", "2"]).start()
+        yield cluster, operator
+
+
+def get_ds(cluster, name):
+    return cluster.get(GROUP_VERSION, "DataService", name, NS)
+
+
+def wait_ready(cluster, name, replicas, timeout=60):
+    def ready():
+        ds = get_ds(cluster, name)
+        status = ds.get("status") or {}
+        ok = (condition(ds, "Ready").get("status") == "True" and status.get("readyReplicas") == replicas
+              and status.get("replicas") == replicas
+              and status.get("observedGeneration") == ds["metadata"]["generation"])
+        return ds if ok else None
+
+    return cluster.wait_for(ready, timeout, "DataService %s Ready with %d workers" % (name, replicas))
+
+
+def dispatcher_endpoint(cluster, name):
+    pod = cluster.get("v1", "Pod", name + "-dispatcher", NS)
+    return "%s:5050" % pod["status"]["podIP"]
+
+
+def events(cluster, reason=None):
+    items = cluster.client.get("/apis/events.k8s.io/v1/namespaces/%s/events" % NS)["items"]
+    return [e for e in items if reason is None or e.get("reason") == reason]
+
+
+def start_client(cluster, name, stop, pause_after):
+    path = python_path()
+    if path is None:
+        pytest.skip("the sluice Python module is not built (ninja -C <build> sluice_python)")
+    env = dict(os.environ, PYTHONPATH=path)
+    return subprocess.Popen([sys.executable, "-c", CLIENT, dispatcher_endpoint(cluster, name), str(stop),
+                             str(pause_after)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
+
+
+def finish_client(proc, timeout=60):
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, "client failed"
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def ready_ds(env):
+    cluster, _ = env
+    cluster.apply(dataservice("reader", replicas=2), namespace=NS)
+    return wait_ready(cluster, "reader", 2)
+
+
+def test_create_makes_dispatcher_and_workers_ready(env, ready_ds):
+    cluster, operator = env
+    assert ready_ds["status"]["dispatcherAddress"] == "reader-dispatcher.%s.svc:5050" % NS
+    assert condition(ready_ds, "DispatcherReady")["status"] == "True"
+    assert condition(ready_ds, "Degraded")["status"] == "False"
+    assert ready_ds["metadata"]["finalizers"] == ["sluice.dev/drain"]
+    workers = live_pods(cluster, NS, worker_selector("reader"))
+    assert sorted(p["metadata"]["name"] for p in workers) == ["reader-worker-remote-0", "reader-worker-remote-1"]
+    for pod in workers:
+        assert pod["status"]["phase"] == "Running"
+        assert pod["metadata"]["ownerReferences"][0]["uid"] == ready_ds["metadata"]["uid"]
+    assert operator.metrics()['sluice_operator_reconciles_total{result="success"}'] > 0
+
+
+def test_client_reads_data_from_the_workers(env, ready_ds):
+    cluster, _ = env
+    proc = start_client(cluster, "reader", stop=300, pause_after=-1)
+    result = finish_client(proc)
+    # Parallel epochs: each of the 2 workers produces the whole range once.
+    assert collections.Counter(result["values"]) == collections.Counter(list(range(300)) * 2)
+    assert result["stats"]["job_finished"]
+
+
+def scale(cluster, name, replicas):
+    path = cluster.client.resource_path(GROUP_VERSION, "dataservices", NS, name, "scale")
+    return cluster.client.merge_patch(path, {"spec": {"replicas": replicas}})
+
+
+def test_scale_through_the_scale_subresource(env, ready_ds):
+    cluster, _ = env
+    got = scale(cluster, "reader", 3)
+    assert got["kind"] == "Scale" and got["spec"]["replicas"] == 3
+    wait_ready(cluster, "reader", 3)
+    scale_status = cluster.client.get(cluster.client.resource_path(GROUP_VERSION, "dataservices", NS, "reader",
+                                                                   "scale"))["status"]
+    assert scale_status["replicas"] == 3
+    assert scale_status["selector"] == worker_selector("reader")
+    scale(cluster, "reader", 1)
+    wait_ready(cluster, "reader", 1)
+    names = [p["metadata"]["name"] for p in live_pods(cluster, NS, worker_selector("reader"))]
+    assert names == ["reader-worker-remote-0"], "the newest workers go first"
+    scale(cluster, "reader", 2)
+    wait_ready(cluster, "reader", 2)
+
+
+def test_workers_to_delete_removes_exactly_those_pods(env, ready_ds):
+    cluster, _ = env
+    cluster.apply(dataservice("picky", replicas=4), namespace=NS)
+    wait_ready(cluster, "picky", 4)
+    before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in live_pods(cluster, NS, worker_selector("picky"))}
+    victims = ["picky-worker-remote-1", "picky-worker-remote-2"]
+    cluster.client.merge_patch(cluster.client.resource_path(GROUP_VERSION, "dataservices", NS, "picky"),
+                               {"spec": {"workers": {"replicas": 2, "workersToDelete": victims}}})
+    wait_ready(cluster, "picky", 2)
+    after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in live_pods(cluster, NS, worker_selector("picky"))}
+    assert after == {name: uid for name, uid in before.items() if name not in victims}
+
+    # Listed names are not reused while listed: scaling up again picks fresh ordinals.
+    cluster.client.merge_patch(cluster.client.resource_path(GROUP_VERSION, "dataservices", NS, "picky"),
+                               {"spec": {"workers": {"replicas": 3}}})
+    wait_ready(cluster, "picky", 3)
+    names = sorted(p["metadata"]["name"] for p in live_pods(cluster, NS, worker_selector("picky")))
+    assert names == ["picky-worker-remote-0", "picky-worker-remote-3", "picky-worker-remote-4"]
+    cluster.delete(GROUP_VERSION, "DataService", "picky", NS)
+    cluster.wait_for_deletion(GROUP_VERSION, "DataService", "picky", NS, timeout=60)
+
+
+class PodWatcher:
+    """Follows the worker pods of one DataService through a watch and records how many were unavailable at worst."""
+
+    def __init__(self, cluster, name, desired):
+        self.desired = desired
+        self.pods = {}
+        self.max_unavailable = 0
+        self.worst = {}
+        self._tracking = False  # off while the initial list is loaded
+        self.deleted = set()
+        self._stop = threading.Event()
+        self._client = type(cluster.client)(cluster.client.config)
+        start = cluster.client.get("/api/v1/namespaces/%s/pods" % NS, {"labelSelector": worker_selector(name)})
+        for pod in start["items"]:
+            self._observe(pod)
+        self._tracking = True
+        self._rv = start["metadata"]["resourceVersion"]
+        self._selector = worker_selector(name)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _observe(self, pod, deleted=False):
+        name = pod["metadata"]["name"]
+        if deleted or pod["metadata"].get("deletionTimestamp"):
+            self.pods.pop(name, None)
+            self.deleted.add(pod["metadata"]["uid"])
+        else:
+            ready = any(c["type"] == "Ready" and c["status"] == "True"
+                        for c in (pod.get("status") or {}).get("conditions") or [])
+            self.pods[name] = ready
+        available = sum(1 for ready in self.pods.values() if ready)
+        if self._tracking and self.desired - available > self.max_unavailable:
+            self.worst = dict(self.pods)
+            self.max_unavailable = self.desired - available
+
+    def _run(self):
+        query = {"labelSelector": self._selector, "resourceVersion": self._rv, "timeoutSeconds": "120"}
+        for event in self._client.watch("/api/v1/namespaces/%s/pods" % NS, query):
+            if self._stop.is_set():
+                return
+            if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                self._observe(event["object"], event["type"] == "DELETED")
+
+    def stop(self):
+        self._stop.set()
+        self._client.close()
+
+
+def test_worker_spec_change_rolls_pods_one_at_a_time(env, ready_ds):
+    cluster, _ = env
+    if cluster.real:
+        pytest.skip("reads the watch from the test API server's history")
+    cluster.apply(dataservice("roll", replicas=3), namespace=NS)
+    wait_ready(cluster, "roll", 3)
+    old_uids = {p["metadata"]["uid"] for p in live_pods(cluster, NS, worker_selector("roll"))}
+    watcher = PodWatcher(cluster, "roll", desired=3)
+    try:
+        cluster.apply(dataservice("roll", replicas=3, worker_args=["--buffer_elements=64"]), namespace=NS)
+        wait_ready(cluster, "roll", 3, timeout=90)
+        cluster.wait_for(lambda: old_uids <= watcher.deleted, 30, "every old worker replaced")
+    finally:
+        watcher.stop()
+    pods = live_pods(cluster, NS, worker_selector("roll"))
+    assert not ({p["metadata"]["uid"] for p in pods} & old_uids)
+    assert all("--buffer_elements=64" in p["spec"]["containers"][0]["args"] for p in pods)
+    assert len({p["metadata"]["labels"]["sluice.dev/template-hash"] for p in pods}) == 1
+    # maxUnavailable is 1: never more than one worker short of ready during the roll.
+    assert watcher.max_unavailable == 1, watcher.worst
+    ds = get_ds(cluster, "roll")
+    assert condition(ds, "WorkersReady")["reason"] == "AllWorkersReady"
+
+
+def test_delete_drains_workers_before_the_dataservice_goes(env):
+    cluster, operator = env
+    cluster.apply(dataservice("drainme", replicas=2), namespace=NS)
+    wait_ready(cluster, "drainme", 2)
+    client = start_client(cluster, "drainme", stop=400, pause_after=50)
+    try:
+        assert client.stdout.readline().strip() == "paused"
+        cluster.delete(GROUP_VERSION, "DataService", "drainme", NS)
+
+        # The job still runs: the workers are draining and the finalizer keeps the DataService.
+        def draining():
+            started = [e for e in events(cluster, "DrainStarted") if e["regarding"]["name"] == "drainme"]
+            return get_ds(cluster, "drainme") if started else None
+        ds = cluster.wait_for(draining, 30, "DrainStarted")
+        assert ds["metadata"].get("deletionTimestamp")
+        cluster.wait_for(lambda: 'msg="drain round" dataservice=life/drainme' in operator.log(), 30, "a drain round")
+        assert "complete=false" in operator.log()
+        assert len(live_pods(cluster, NS, worker_selector("drainme"))) == 2
+
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        result = finish_client(client)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+    # Draining lost nothing: the paused client got both workers' whole range.
+    assert collections.Counter(result["values"]) == collections.Counter(list(range(400)) * 2)
+    cluster.wait_for_deletion(GROUP_VERSION, "DataService", "drainme", NS, timeout=60)
+    drained = [e for e in events(cluster, "Drained") if e["regarding"]["name"] == "drainme"]
+    assert drained and "the dispatcher reports 2 workers drained" in drained[0]["note"], drained
+    cluster.wait_for(lambda: not live_pods(cluster, NS, "sluice.dev/dataservice=drainme"), 60,
+                     "the pods to be garbage collected")
+    if not cluster.real:
+        log = cluster.nodes[0].pod_log(NS, "drainme-dispatcher", "dispatcher")
+        assert "worker draining (requested)" in log
