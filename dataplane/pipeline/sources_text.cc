@@ -61,6 +61,47 @@ class LineCursor {
   size_t end_ = 0;
 };
 
+// Reads one element per non-blank line of a split: parse errors name the file and the line's
+// byte offset, and are skipped and counted under on_error: skip. Subclasses parse a line.
+class LineElementReader : public SplitReader {
+ public:
+  LineElementReader(Buffer file, const Split& split, SourceContext ctx, bool skip_first_line)
+      : cursor_(std::move(file), split), split_(split), ctx_(ctx), skip_first_line_(skip_first_line) {}
+  absl::StatusOr<std::optional<Element>> Next() final {
+    absl::string_view line;
+    size_t offset;
+    while (cursor_.NextLine(&line, &offset)) {
+      if (skip_first_line_) {
+        skip_first_line_ = false;
+        continue;
+      }
+      if (absl::StripAsciiWhitespace(line).empty()) continue;
+      auto element = ParseLine(line);
+      if (!element.ok()) {
+        absl::Status s(element.status().code(),
+                       absl::StrCat(split_.path, ": line at byte offset ", offset, ": ", element.status().message()));
+        if (ctx_.on_error == OnError::kSkip) {
+          if (ctx_.stats) ctx_.stats->AddSkipped();
+          continue;
+        }
+        return s;
+      }
+      element->set_key(MixKey(split_.index, offset));
+      return std::optional<Element>(*std::move(element));
+    }
+    return std::optional<Element>();
+  }
+
+ protected:
+  virtual absl::StatusOr<Element> ParseLine(absl::string_view line) = 0;
+
+ private:
+  LineCursor cursor_;
+  Split split_;
+  SourceContext ctx_;
+  bool skip_first_line_;
+};
+
 // ---------------------------------------------------------------- jsonl
 
 absl::StatusOr<Tensor> JsonToTensor(const nlohmann::json& v, const std::string& name) {
@@ -127,33 +168,13 @@ absl::StatusOr<Tensor> JsonToTensor(const nlohmann::json& v, const std::string& 
                                                  "); use numbers, strings, booleans or arrays of them"));
 }
 
-class JsonlReader : public SplitReader {
+class JsonlReader : public LineElementReader {
  public:
   JsonlReader(Buffer file, const Split& split, std::vector<std::string> fields, SourceContext ctx)
-      : cursor_(std::move(file), split), split_(split), fields_(std::move(fields)), ctx_(ctx) {}
-  absl::StatusOr<std::optional<Element>> Next() override {
-    absl::string_view line;
-    size_t offset;
-    while (cursor_.NextLine(&line, &offset)) {
-      if (absl::StripAsciiWhitespace(line).empty()) continue;
-      auto element = Parse(line);
-      if (!element.ok()) {
-        absl::Status s(element.status().code(),
-                       absl::StrCat(split_.path, ": line at byte offset ", offset, ": ", element.status().message()));
-        if (ctx_.on_error == OnError::kSkip) {
-          if (ctx_.stats) ctx_.stats->AddSkipped();
-          continue;
-        }
-        return s;
-      }
-      element->set_key(MixKey(split_.index, offset));
-      return std::optional<Element>(*std::move(element));
-    }
-    return std::optional<Element>();
-  }
+      : LineElementReader(std::move(file), split, ctx, /*skip_first_line=*/false), fields_(std::move(fields)) {}
 
- private:
-  absl::StatusOr<Element> Parse(absl::string_view line) {
+ protected:
+  absl::StatusOr<Element> ParseLine(absl::string_view line) override {
     nlohmann::json j = nlohmann::json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) return absl::InvalidArgumentError("malformed JSON");
     if (!j.is_object()) return absl::InvalidArgumentError("expected a JSON object per line");
@@ -180,10 +201,8 @@ class JsonlReader : public SplitReader {
     return e;
   }
 
-  LineCursor cursor_;
-  Split split_;
+ private:
   std::vector<std::string> fields_;
-  SourceContext ctx_;
 };
 
 class JsonlSource : public Source {
@@ -267,40 +286,15 @@ absl::StatusOr<Tensor> ParseCsvValue(absl::string_view text, const CsvColumn& co
   }
 }
 
-class CsvReader : public SplitReader {
+class CsvReader : public LineElementReader {
  public:
   CsvReader(Buffer file, const Split& split, const std::vector<CsvColumn>* columns, bool header, char delimiter,
             SourceContext ctx)
-      : cursor_(std::move(file), split), split_(split), columns_(columns), delimiter_(delimiter), ctx_(ctx) {
-    skip_header_ = header && split.begin == 0;
-  }
-  absl::StatusOr<std::optional<Element>> Next() override {
-    absl::string_view line;
-    size_t offset;
-    while (cursor_.NextLine(&line, &offset)) {
-      if (skip_header_) {
-        skip_header_ = false;
-        continue;
-      }
-      if (line.empty()) continue;
-      auto element = Parse(line);
-      if (!element.ok()) {
-        absl::Status s(element.status().code(),
-                       absl::StrCat(split_.path, ": line at byte offset ", offset, ": ", element.status().message()));
-        if (ctx_.on_error == OnError::kSkip) {
-          if (ctx_.stats) ctx_.stats->AddSkipped();
-          continue;
-        }
-        return s;
-      }
-      element->set_key(MixKey(split_.index, offset));
-      return std::optional<Element>(*std::move(element));
-    }
-    return std::optional<Element>();
-  }
+      : LineElementReader(std::move(file), split, ctx, /*skip_first_line=*/header && split.begin == 0),
+        columns_(columns), delimiter_(delimiter) {}
 
- private:
-  absl::StatusOr<Element> Parse(absl::string_view line) {
+ protected:
+  absl::StatusOr<Element> ParseLine(absl::string_view line) override {
     auto fields = SplitCsvLine(line, delimiter_);
     if (!fields.ok()) return fields.status();
     if (fields->size() != columns_->size()) {
@@ -316,12 +310,9 @@ class CsvReader : public SplitReader {
     return e;
   }
 
-  LineCursor cursor_;
-  Split split_;
+ private:
   const std::vector<CsvColumn>* columns_;
   char delimiter_;
-  SourceContext ctx_;
-  bool skip_header_;
 };
 
 class CsvSource : public Source {
