@@ -83,7 +83,8 @@ void DispatcherSplitProvider::FetchLoop() {
         unreported_starts_.insert(unreported_starts_.begin(), request.started_split_indices().begin(),
                                   request.started_split_indices().end());
         if (stopped_) return;
-        if (IsRetryableDispatcherError(response.status())) {
+        // CANCELLED that this provider did not cause: the dispatcher shut down mid-call (a restart).
+        if (IsRetryableDispatcherError(response.status()) || absl::IsCancelled(response.status())) {
           if (!warned) {
             SLUICE_LOG(Warning, "GetSplits failed; retrying with backoff")
                 .With("task_id", task_id_)
@@ -118,17 +119,29 @@ void DispatcherSplitProvider::FetchLoop() {
         }
       }
     }
-    if (wait > absl::ZeroDuration() && cancel_.WaitFor(wait)) return;
+    if (wait > absl::ZeroDuration()) {
+      absl::MutexLock lock(&mu_);
+      // A poll ("nothing now") is cut short when the source has drained the local queue and there
+      // are starts to report: those may be what the dispatcher waits for to end the epoch.
+      const bool polling = response.ok();
+      auto wake = [this, polling]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopped_ || (polling && waiting_readers_ > 0 && !unreported_starts_.empty());
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&wake), wait);
+      if (stopped_) return;
+    }
   }
 }
 
 absl::StatusOr<std::optional<pipeline::Split>> DispatcherSplitProvider::GetNext() {
   absl::MutexLock lock(&mu_);
+  ++waiting_readers_;
   mu_.Await(absl::Condition(
       +[](DispatcherSplitProvider* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
         return self->stopped_ || !self->queue_.empty() || self->end_of_splits_ || !self->error_.ok();
       },
       this));
+  --waiting_readers_;
   if (stopped_) return absl::CancelledError(absl::StrCat("task_id ", task_id_, ": split provider cancelled"));
   if (!queue_.empty()) {
     pipeline::Split split = std::move(queue_.front());

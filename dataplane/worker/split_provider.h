@@ -9,9 +9,12 @@
 //    failed reports are put back and re-sent (the dispatcher treats repeated acks as one);
 //  - request.epoch is this task's epoch (0-based). end_of_splits ends the epoch: GetNext returns
 //    nullopt until Reset() moves to the next epoch. A response with no splits and no end_of_splits
-//    means "nothing now, ask again" (the next epoch is not open yet): polled with backoff;
-//  - UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED and ABORTED are retried with exponential
-//    backoff (a restarting dispatcher); other errors are returned by GetNext once the queue is empty;
+//    means "nothing now, ask again" (the next epoch is not open yet, or other splits of this one
+//    are not started yet): polled with backoff, cut short when the source waits on an empty queue
+//    and there are starts to report (they may be what ends the epoch);
+//  - UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED and a CANCELLED the provider did not
+//    cause (the dispatcher shut down mid-call) are retried with exponential backoff (a restarting
+//    dispatcher); other errors are returned by GetNext once the queue is empty;
 //  - Cancel() (or destruction) interrupts a waiting GetNext, an in-flight RPC and any backoff.
 //
 // Threading: one background fetch thread per provider; all public methods are thread-safe.
@@ -85,6 +88,7 @@ class DispatcherSplitProvider : public pipeline::SplitProvider {
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   int64_t calls_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t started_ ABSL_GUARDED_BY(mu_) = 0;
+  int waiting_readers_ ABSL_GUARDED_BY(mu_) = 0;  // GetNext calls waiting for a split
 
   std::thread fetcher_;
 };

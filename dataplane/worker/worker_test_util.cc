@@ -122,7 +122,9 @@ absl::StatusOr<service::GetSplitsResponse> FakeDispatcher::GetSplits(const servi
     handed_out_.push_back(queue_.front().index);
     queue_.pop_front();
   }
-  response.set_end_of_splits(queue_.empty());
+  if (response.splits_size() > 0) ++calls_with_splits_;
+  // As the dispatcher: the epoch ends for a task once every split of it was handed out and started.
+  response.set_end_of_splits(queue_.empty() && started_this_epoch_.size() == splits_.size());
   return response;
 }
 
@@ -135,6 +137,10 @@ absl::Status FakeDispatcher::WorkerDeregister(const service::WorkerDeregisterReq
 int64_t FakeDispatcher::get_splits_calls() const {
   absl::MutexLock lock(&mu_);
   return calls_;
+}
+int64_t FakeDispatcher::calls_with_splits() const {
+  absl::MutexLock lock(&mu_);
+  return calls_with_splits_;
 }
 std::vector<service::GetSplitsRequest> FakeDispatcher::get_splits_requests() const {
   absl::MutexLock lock(&mu_);
@@ -187,10 +193,11 @@ class FakeDispatcherServer::Service : public service::Dispatcher::Service {
   FakeDispatcher* fake_;
 };
 
-FakeDispatcherServer::FakeDispatcherServer(FakeDispatcher* fake, std::shared_ptr<grpc::ServerCredentials> credentials)
+FakeDispatcherServer::FakeDispatcherServer(FakeDispatcher* fake, std::shared_ptr<grpc::ServerCredentials> credentials,
+                                           int port)
     : service_(std::make_unique<Service>(fake)) {
   grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", credentials ? credentials : grpc::InsecureServerCredentials(), &port_);
+  builder.AddListeningPort(absl::StrCat("127.0.0.1:", port), credentials ? credentials : grpc::InsecureServerCredentials(), &port_);
   builder.RegisterService(service_.get());
   server_ = builder.BuildAndStart();
   REQUIRE(server_ != nullptr);

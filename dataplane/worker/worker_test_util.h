@@ -2,7 +2,8 @@
 // from pipeline specs, element decoding and waiting on conditions with a deadline.
 //
 // FakeDispatcher models the dispatcher's side of dynamic sharding closely enough for the worker:
-// one split queue per job, handed out in batches; the queue is refilled for epoch e+1 when a task
+// one split queue per job, handed out in batches; end_of_splits only once every split of the epoch
+// was handed out and acknowledged as started; the queue is refilled for epoch e+1 when a task
 // asks for e+1 after every split of epoch e was handed out and acknowledged as started (until then
 // it answers "nothing yet"); starts are recorded. Thread-safe.
 #ifndef SLUICE_DATAPLANE_WORKER_WORKER_TEST_UTIL_H_
@@ -46,6 +47,7 @@ class FakeDispatcher : public DispatcherClient {
   absl::Status WorkerDeregister(const service::WorkerDeregisterRequest& request, const CallOptions& options) override;
 
   int64_t get_splits_calls() const;
+  int64_t calls_with_splits() const;                     // calls that handed out at least one split
   std::vector<service::GetSplitsRequest> get_splits_requests() const;
   std::vector<uint64_t> handed_out() const;              // split indices handed out, in order, all epochs
   std::multiset<uint64_t> started() const;               // acknowledged starts (GetSplits and heartbeats)
@@ -64,6 +66,7 @@ class FakeDispatcher : public DispatcherClient {
   bool fail_heartbeats_ ABSL_GUARDED_BY(mu_) = false;
   bool block_get_splits_ ABSL_GUARDED_BY(mu_) = false;
   int64_t calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t calls_with_splits_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<service::GetSplitsRequest> requests_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> handed_out_ ABSL_GUARDED_BY(mu_);
   std::multiset<uint64_t> started_ ABSL_GUARDED_BY(mu_);
@@ -75,10 +78,11 @@ class FakeDispatcher : public DispatcherClient {
 };
 
 // The fake as a gRPC Dispatcher service (the methods the worker uses), on 127.0.0.1:<port>,
-// plaintext unless `credentials` are given.
+// plaintext unless `credentials` are given; `port` 0 picks one (a restart passes the old one).
 class FakeDispatcherServer {
  public:
-  explicit FakeDispatcherServer(FakeDispatcher* fake, std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
+  explicit FakeDispatcherServer(FakeDispatcher* fake, std::shared_ptr<grpc::ServerCredentials> credentials = nullptr,
+                                int port = 0);
   ~FakeDispatcherServer();
   int port() const { return port_; }
   std::string address() const;
