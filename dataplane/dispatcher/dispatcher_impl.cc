@@ -150,12 +150,16 @@ absl::Status DispatcherService::RegisterDataset(const service::RegisterDatasetRe
   }
   const std::string id = pipeline::Fingerprint(def);
   {
-    absl::MutexLock lock(&mu_);
-    if (const auto* d = state_.FindDataset(id)) {
-      response->set_dataset_id(id);
-      response->set_num_splits(static_cast<int64_t>(d->splits.size()));
-      return Durable(LastSequenceLocked());
+    int64_t sequence = -1;
+    {
+      absl::MutexLock lock(&mu_);
+      if (const auto* d = state_.FindDataset(id)) {
+        response->set_dataset_id(id);
+        response->set_num_splits(static_cast<int64_t>(d->splits.size()));
+        sequence = LastSequenceLocked();
+      }
     }
+    if (sequence >= 0) return Durable(sequence);  // known already
   }
   // Listing splits reads the data files: outside the lock.
   auto compiled = pipeline::Pipeline::Create(def);
@@ -629,6 +633,15 @@ absl::Status DispatcherService::GetSplits(const service::GetSplitsRequest& reque
   int64_t sequence = 0;
   {
     absl::MutexLock lock(&mu_);
+    if (absl::Status s = GetSplitsLocked(request, max_splits, response); !s.ok()) return s;
+    sequence = LastSequenceLocked();
+  }
+  return Durable(sequence);
+}
+
+absl::Status DispatcherService::GetSplitsLocked(const service::GetSplitsRequest& request, int max_splits,
+                                                service::GetSplitsResponse* response) {
+  {
     const DispatcherState::Task* task = state_.FindTask(request.task_id());
     if (task == nullptr) return absl::NotFoundError(absl::StrCat("task_id ", request.task_id(), " is not known"));
     if (!request.worker_address().empty() && request.worker_address() != task->worker_address) {
@@ -661,7 +674,7 @@ absl::Status DispatcherService::GetSplits(const service::GetSplitsRequest& reque
     const DispatcherState::SplitState* s = splits_state();
     if (s == nullptr || task_done()) {
       response->set_end_of_splits(true);
-      return Durable(LastSequenceLocked());
+      return absl::OkStatus();
     }
     if (requested_epoch > s->epoch + 1) {
       return absl::InvalidArgumentError(
@@ -723,8 +736,7 @@ absl::Status DispatcherService::GetSplits(const service::GetSplitsRequest& reque
         // still queued. Nobody else may come back for them, so this task reads them: the response
         // says which epoch they belong to.
         response->set_epoch(s->epoch);
-        if (absl::Status st = assign(); !st.ok()) return st;
-        return Durable(LastSequenceLocked());
+        return assign();
       }
       // else: other tasks still hold unstarted splits of the epoch; ask again.
     }
@@ -740,9 +752,8 @@ absl::Status DispatcherService::GetSplits(const service::GetSplitsRequest& reque
       // else: other tasks hold unstarted splits that may come back; the worker asks again.
     }
     // else (requested == epoch + 1, the epoch has not moved yet): wait for the other tasks.
-    sequence = LastSequenceLocked();
   }
-  return Durable(sequence);
+  return absl::OkStatus();
 }
 
 absl::Status DispatcherService::WorkerDeregister(const service::WorkerDeregisterRequest& request,

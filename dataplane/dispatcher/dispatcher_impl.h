@@ -88,9 +88,11 @@ class DispatcherService {
  private:
   absl::Status Commit(const service::Update& update) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits until the journal holds everything up to `sequence` (0: nothing to wait for).
-  absl::Status Durable(int64_t sequence);
+  absl::Status Durable(int64_t sequence) ABSL_LOCKS_EXCLUDED(mu_);
   int64_t LastSequenceLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  absl::Status GetSplitsLocked(const service::GetSplitsRequest& request, int max_splits,
+                               service::GetSplitsResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CreateTasksForWorkerLocked(const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CreateTaskLocked(const DispatcherState::Job& job, const std::string& address, int32_t worker_index,
                                 int32_t num_workers, int64_t starting_round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
