@@ -1,10 +1,17 @@
 #include "common/admin_server.h"
 
 #include <CivetServer.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "prometheus/text_serializer.h"
 
 namespace sluice {
@@ -50,6 +57,7 @@ class AdminServer::Impl {
   };
 
   std::shared_ptr<prometheus::Registry> registry;
+  std::string host;
   std::unique_ptr<CivetServer> server;
   std::vector<std::unique_ptr<Handler>> handlers;
   absl::Mutex mu;
@@ -63,6 +71,7 @@ absl::StatusOr<std::unique_ptr<AdminServer>> AdminServer::Start(const std::strin
   std::unique_ptr<AdminServer> s(new AdminServer());
   s->impl_ = std::make_unique<Impl>();
   s->impl_->registry = std::move(registry);
+  s->impl_->host = hp->first;
   std::vector<std::string> options = {"listening_ports", absl::StrCat(hp->first, ":", hp->second), "num_threads", "2"};
   try {
     s->impl_->server = std::make_unique<CivetServer>(options);
@@ -79,8 +88,35 @@ absl::StatusOr<std::unique_ptr<AdminServer>> AdminServer::Start(const std::strin
   return s;
 }
 
+namespace {
+
+// Opens and closes a connection to wake civetweb's listener thread.
+void Poke(const std::string& host, int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (::inet_pton(AF_INET, host.empty() || host == "0.0.0.0" ? "127.0.0.1" : host.c_str(), &addr.sin_addr) != 1) {
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  }
+  (void)::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  ::close(fd);
+}
+
+}  // namespace
+
 AdminServer::~AdminServer() {
-  if (impl_ && impl_->server) impl_->server->close();
+  if (!impl_ || !impl_->server) return;
+  // civetweb's stop waits for its listener's poll period (up to 2 s); a connection wakes it at
+  // once, so a daemon's shutdown is not held up by its admin endpoint.
+  absl::Notification stopped;
+  std::thread closer([this, &stopped] {
+    impl_->server->close();
+    stopped.Notify();
+  });
+  while (!stopped.WaitForNotificationWithTimeout(absl::Milliseconds(20))) Poke(impl_->host, port_);
+  closer.join();
 }
 
 void AdminServer::SetReadinessCheck(ReadinessCheck check) {

@@ -50,6 +50,16 @@ TEST_CASE("the admin server serves metrics, health and readiness") {
   CHECK_THAT(metrics, Catch::Contains("sluice_test_events_total{kind=\"a\"} 3"));
 }
 
+TEST_CASE("stopping the admin server releases its port at once") {
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto first = AdminServer::Start("127.0.0.1:0", registry);
+  REQUIRE(first.ok());
+  int port = (*first)->port();
+  first->reset();
+  auto again = AdminServer::Start("127.0.0.1:" + std::to_string(port), registry);
+  CHECK(again.ok());
+}
+
 TEST_CASE("bad listen addresses are clear errors") {
   auto registry = std::make_shared<prometheus::Registry>();
   auto bad = AdminServer::Start("no-port-here", registry);
