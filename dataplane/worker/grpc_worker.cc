@@ -251,6 +251,7 @@ void WorkerServer::GracefulShutdown(WorkerImpl& worker, absl::Duration budget) {
   (void)worker.Heartbeat(draining_heartbeat);
   const bool rounds_done = worker.WaitForInFlightRounds(serve_until);
   const bool streams_done = service_->threads().WaitForIdle(serve_until);
+  worker.StopHeartbeats(start + budget * 0.5);
   (void)worker.Deregister(deregister_until);
   Shutdown(shutdown_until);
   worker.Stop();

@@ -380,6 +380,8 @@ TEST_CASE("worker_grpc graceful shutdown: buffered elements, then UNAVAILABLE, d
   CHECK(status.error_code() == grpc::StatusCode::UNAVAILABLE);
   CHECK(values == Iota(static_cast<int64_t>(values.size())));  // in order, nothing skipped
   CHECK(w.fake.deregistered() == std::vector<std::string>{w.address});
+  // No heartbeat after the deregistration (it would register the worker again).
+  CHECK(w.fake.heartbeats_at_deregistration() == static_cast<int64_t>(w.fake.heartbeats().size()));
   bool said_draining = false;
   for (const auto& hb : w.fake.heartbeats()) said_draining = said_draining || hb.draining();
   CHECK(said_draining);

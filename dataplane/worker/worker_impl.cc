@@ -37,13 +37,17 @@ WorkerImpl::~WorkerImpl() { Stop(); }
 
 void WorkerImpl::Start() {
   absl::MutexLock lock(&mu_);
-  if (heartbeat_thread_.joinable() || stopping_) return;
+  if (heartbeat_thread_.joinable() || stopping_ || heartbeats_stopping_) return;
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
 }
 
 void WorkerImpl::HeartbeatLoop() {
   bool failing = false;
   while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_ || heartbeats_stopping_) break;
+    }
     absl::Status status = Heartbeat(CallOptions{&stop_token_});
     if (!status.ok() && !stop_token_.cancelled()) {
       if (!failing) {
@@ -58,13 +62,29 @@ void WorkerImpl::HeartbeatLoop() {
     absl::MutexLock lock(&mu_);
     const absl::Duration interval = heartbeat_interval_;
     // An explicit request (an unknown task, a drain) comes early, but not more than 10 per interval.
-    auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
-    if (mu_.AwaitWithTimeout(absl::Condition(&stop), interval / 10)) return;
-    auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || heartbeat_requested_; };
+    auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || heartbeats_stopping_; };
+    if (mu_.AwaitWithTimeout(absl::Condition(&stop), interval / 10)) break;
+    auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || heartbeats_stopping_ || heartbeat_requested_;
+    };
     mu_.AwaitWithTimeout(absl::Condition(&wake), interval - interval / 10);
-    if (stopping_) return;
     heartbeat_requested_ = false;
   }
+  absl::MutexLock lock(&mu_);
+  heartbeat_loop_done_ = true;
+}
+
+void WorkerImpl::StopHeartbeats(absl::Time deadline) {
+  {
+    absl::MutexLock lock(&mu_);
+    heartbeats_stopping_ = true;
+    if (heartbeat_thread_.joinable()) {
+      auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return heartbeat_loop_done_; };
+      mu_.AwaitWithDeadline(absl::Condition(&done), deadline);
+    }
+  }
+  stop_token_.Cancel();  // a heartbeat still in flight after the deadline
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
 }
 
 absl::Status WorkerImpl::Heartbeat(const CallOptions& options) {

@@ -4,7 +4,7 @@
 // (StreamElements for GetElements, GetElement for coordinated reads). grpc_worker.h adapts it to gRPC.
 //
 // Shutdown, in order: BeginDrain (heartbeats say draining; producers stop; buffered elements and
-// the bound round are still served), WaitForInFlightRounds, Deregister, Stop.
+// the bound round are still served), WaitForInFlightRounds, StopHeartbeats, Deregister, Stop.
 //
 // Threading: thread-safe. One heartbeat thread (Start/Stop); readers call from their own threads.
 // Never holds its lock across a dispatcher call or a runner's blocking call.
@@ -71,6 +71,9 @@ class WorkerImpl {
   void BeginDrain();
   // Waits until no coordinated round is half served, or `deadline`. True when none is.
   bool WaitForInFlightRounds(absl::Time deadline);
+  // Ends the heartbeat loop: lets a heartbeat in flight finish until `deadline` (then cancels it),
+  // so no heartbeat can reach the dispatcher after Deregister and register the worker again.
+  void StopHeartbeats(absl::Time deadline);
   absl::Status Deregister(absl::Time deadline);
   // Stops heartbeats and every task; joins threads. Idempotent.
   void Stop();
@@ -98,6 +101,8 @@ class WorkerImpl {
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool heartbeat_requested_ ABSL_GUARDED_BY(mu_) = false;
+  bool heartbeats_stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool heartbeat_loop_done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_);
   int64_t heartbeats_sent_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread heartbeat_thread_;

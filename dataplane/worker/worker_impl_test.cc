@@ -237,7 +237,14 @@ TEST_CASE("worker_impl drain: says draining, takes no new task, serves the buffe
   CHECK(got.values.size() >= 64);  // the buffered elements (and any in hand) were delivered
   for (size_t i = 0; i < got.values.size(); ++i) CHECK(got.values[i] == static_cast<int64_t>(i));
   CHECK(worker.WaitForInFlightRounds(absl::Now()));
+  worker.Start();
+  REQUIRE(WaitUntil([&] { return worker.heartbeats_sent() >= 4; }));
+  worker.StopHeartbeats(absl::Now() + absl::Seconds(5));
+  const size_t heartbeats = fake.heartbeats().size();
   REQUIRE(worker.Deregister(absl::Now() + absl::Seconds(5)).ok());
+  CHECK(fake.heartbeats().size() == heartbeats);  // the loop has ended
+  worker.Start();                                 // and does not start again
+  CHECK(fake.heartbeats().size() == heartbeats);
   CHECK(fake.deregistered() == std::vector<std::string>{"127.0.0.1:7000"});
   worker.Stop();
   worker.Stop();  // idempotent

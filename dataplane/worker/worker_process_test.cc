@@ -172,6 +172,7 @@ TEST_CASE("worker_process: sluice-worker serves, reports metrics, and exits clea
   REQUIRE(WIFEXITED(*status));
   CHECK(WEXITSTATUS(*status) == 0);  // 3 would mean the shutdown overran its budget
   CHECK(fake.deregistered() == std::vector<std::string>{address});
+  CHECK(fake.heartbeats_at_deregistration() == static_cast<int64_t>(fake.heartbeats().size()));
   CHECK(fake.heartbeats().back().draining());
   CHECK_THAT(worker.Log(), Catch::Contains("worker stopped"));
   CHECK(received >= 1);

@@ -131,6 +131,7 @@ absl::StatusOr<service::GetSplitsResponse> FakeDispatcher::GetSplits(const servi
 absl::Status FakeDispatcher::WorkerDeregister(const service::WorkerDeregisterRequest& request, const CallOptions&) {
   absl::MutexLock lock(&mu_);
   deregistered_.push_back(request.worker_address());
+  if (heartbeats_at_deregistration_ < 0) heartbeats_at_deregistration_ = static_cast<int64_t>(heartbeats_.size());
   return absl::OkStatus();
 }
 
@@ -161,6 +162,10 @@ std::vector<service::WorkerHeartbeatRequest> FakeDispatcher::heartbeats() const 
 std::vector<std::string> FakeDispatcher::deregistered() const {
   absl::MutexLock lock(&mu_);
   return deregistered_;
+}
+int64_t FakeDispatcher::heartbeats_at_deregistration() const {
+  absl::MutexLock lock(&mu_);
+  return heartbeats_at_deregistration_;
 }
 int64_t FakeDispatcher::epoch() const {
   absl::MutexLock lock(&mu_);

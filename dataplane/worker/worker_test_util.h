@@ -53,6 +53,8 @@ class FakeDispatcher : public DispatcherClient {
   std::multiset<uint64_t> started() const;               // acknowledged starts (GetSplits and heartbeats)
   std::vector<service::WorkerHeartbeatRequest> heartbeats() const;
   std::vector<std::string> deregistered() const;
+  // How many heartbeats had arrived when the first deregistration did (-1: none yet).
+  int64_t heartbeats_at_deregistration() const;
   int64_t epoch() const;
 
  private:
@@ -75,6 +77,7 @@ class FakeDispatcher : public DispatcherClient {
   std::map<std::string, std::set<int64_t>> to_delete_ ABSL_GUARDED_BY(mu_);
   std::vector<service::WorkerHeartbeatRequest> heartbeats_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> deregistered_ ABSL_GUARDED_BY(mu_);
+  int64_t heartbeats_at_deregistration_ ABSL_GUARDED_BY(mu_) = -1;
 };
 
 // The fake as a gRPC Dispatcher service (the methods the worker uses), on 127.0.0.1:<port>,
