@@ -103,6 +103,7 @@ StreamResult ReadStream(service::Worker::Stub& stub, const service::GetElementsR
                         const std::string& field = "value") {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));  // hang guard
+  context.set_wait_for_ready(true);  // the first call also sets up the connection (a TLS handshake)
   auto reader = stub.GetElements(&context, request);
   StreamResult out;
   service::GetElementsResponse response;
@@ -111,6 +112,7 @@ StreamResult ReadStream(service::Worker::Stub& stub, const service::GetElementsR
     out.responses.push_back(response);
   }
   out.status = reader->Finish();
+  if (!out.status.ok()) UNSCOPED_INFO("stream status " << out.status.error_code() << ": " << out.status.error_message());
   return out;
 }
 
@@ -165,6 +167,7 @@ TEST_CASE("worker_grpc survives a dispatcher restart: heartbeats and GetSplits r
   w.Assign(MakeTask(1, spec, service::SHARDING_DYNAMIC));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  context.set_wait_for_ready(true);
   service::GetElementsRequest request = Request(1);
   request.set_max_elements(10);
   auto reader = w.stub->GetElements(&context, request);
@@ -238,6 +241,7 @@ TEST_CASE("worker_grpc coordinated reads through GetElement") {
       request.set_consumer_index(consumer);
       service::GetElementsResponse response;
       grpc::ClientContext context;
+      context.set_wait_for_ready(true);
       grpc::Status status = w.stub->GetElement(&context, request, &response);
       REQUIRE(status.ok());
       REQUIRE(response.elements_size() == 1);
@@ -312,6 +316,7 @@ TEST_CASE("worker_grpc: a client cancelling mid-stream frees the stream's thread
   w.Assign(task);
   {
     grpc::ClientContext context;
+    context.set_wait_for_ready(true);
     auto reader = w.stub->GetElements(&context, Request(1));
     service::GetElementsResponse response;
     REQUIRE(reader->Read(&response));
@@ -364,6 +369,7 @@ TEST_CASE("worker_grpc graceful shutdown: buffered elements, then UNAVAILABLE, d
   w.Assign(MakeTask(1, "source: {range: {stop: 100000000}}\n"));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  context.set_wait_for_ready(true);
   service::GetElementsRequest request = Request(1);
   request.set_max_elements(1);
   auto reader = w.stub->GetElements(&context, request);

@@ -48,8 +48,11 @@ void DispatcherSplitProvider::Cancel() {
   cancel_.Cancel();
 }
 
+bool DispatcherSplitProvider::NeedAck() const { return options_.ack_before_start && !unreported_starts_.empty(); }
+
 bool DispatcherSplitProvider::NeedFetch() const {
-  return !stopped_ && error_.ok() && !end_of_splits_ && !fetch_in_flight_ && queue_.size() <= refill_threshold_;
+  return !stopped_ && error_.ok() && !fetch_in_flight_ &&
+         ((!end_of_splits_ && queue_.size() <= refill_threshold_) || NeedAck());
 }
 
 void DispatcherSplitProvider::FetchLoop() {
@@ -58,6 +61,8 @@ void DispatcherSplitProvider::FetchLoop() {
   bool warned = false;
   while (true) {
     service::GetSplitsRequest request;
+    bool ack_only = false;
+    int64_t covers = 0;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
@@ -66,10 +71,13 @@ void DispatcherSplitProvider::FetchLoop() {
       if (stopped_) return;
       request.set_task_id(task_id_);
       request.set_worker_address(worker_address_);
-      request.set_max_splits(options_.max_splits - static_cast<int>(queue_.size()));
+      // A call made only to acknowledge starts asks for no splits (keeps the batches large).
+      ack_only = end_of_splits_ || queue_.size() > refill_threshold_;
+      request.set_max_splits(ack_only ? 0 : options_.max_splits - static_cast<int>(queue_.size()));
       request.set_epoch(epoch_);
       for (uint64_t index : unreported_starts_) request.add_started_split_indices(index);
       unreported_starts_.clear();
+      covers = started_;  // every start so far is in this request or was acknowledged before
       fetch_in_flight_ = true;
     }
     absl::StatusOr<service::GetSplitsResponse> response = dispatcher_->GetSplits(request, CallOptions{&cancel_});
@@ -101,7 +109,12 @@ void DispatcherSplitProvider::FetchLoop() {
       } else {
         error_backoff = options_.initial_backoff;
         warned = false;
-        if (response->splits().empty() && !response->end_of_splits()) {
+        acked_ = std::max(acked_, covers);
+        if (ack_only) {
+          // Acknowledgements only: no splits were asked for, so an empty answer means nothing.
+          for (const auto& split : response->splits()) queue_.push_back(FromProto(split));
+          end_of_splits_ = end_of_splits_ || response->end_of_splits();
+        } else if (response->splits().empty() && !response->end_of_splits()) {
           // Nothing to hand out yet (e.g. the next epoch is not open): ask again later.
           wait = poll_backoff;
           poll_backoff = std::min(poll_backoff * 2, options_.max_backoff);
@@ -125,7 +138,8 @@ void DispatcherSplitProvider::FetchLoop() {
       // are starts to report: those may be what the dispatcher waits for to end the epoch.
       const bool polling = response.ok();
       auto wake = [this, polling]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopped_ || (polling && waiting_readers_ > 0 && !unreported_starts_.empty());
+        // With ack_before_start a start waits for its acknowledgement: report it at once.
+        return stopped_ || (polling && ((waiting_readers_ > 0 && !unreported_starts_.empty()) || NeedAck()));
       };
       mu_.AwaitWithTimeout(absl::Condition(&wake), wait);
       if (stopped_) return;
@@ -147,7 +161,14 @@ absl::StatusOr<std::optional<pipeline::Split>> DispatcherSplitProvider::GetNext(
     pipeline::Split split = std::move(queue_.front());
     queue_.pop_front();
     unreported_starts_.push_back(split.index);
-    ++started_;
+    const int64_t start = ++started_;
+    if (options_.ack_before_start) {
+      // The dispatcher must know before any element of the split can leave this worker.
+      auto acked = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopped_ || !error_.ok() || acked_ >= start; };
+      mu_.Await(absl::Condition(&acked));
+      if (stopped_) return absl::CancelledError(absl::StrCat("task_id ", task_id_, ": split provider cancelled"));
+      if (acked_ < start) return error_;
+    }
     return std::optional<pipeline::Split>(std::move(split));
   }
   if (!error_.ok()) return error_;
@@ -179,6 +200,7 @@ absl::Status DispatcherSplitProvider::Reset() {
 
 std::vector<uint64_t> DispatcherSplitProvider::TakeUnreportedStarts() {
   absl::MutexLock lock(&mu_);
+  if (options_.ack_before_start) return {};  // the fetch loop acknowledges every start itself
   std::vector<uint64_t> out;
   out.swap(unreported_starts_);
   return out;

@@ -4,9 +4,14 @@
 // sees one call per several splits rather than one per split or per element.
 //
 // Protocol (see docs/dataservice-worker.md):
-//  - a split counts as started when GetNext hands it to the source; its index is reported on the
-//    next GetSplits call, or by the worker's heartbeat (TakeUnreportedStarts), whichever comes first;
-//    failed reports are put back and re-sent (the dispatcher treats repeated acks as one);
+//  - a split counts as started when GetNext hands it to the source. With ack_before_start (the
+//    default) GetNext returns it only after a GetSplits call carrying its index succeeded, so the
+//    dispatcher knows it started before any of its elements can reach a client: a worker killed at
+//    any moment never causes a split to be read twice. (One GetSplits per split; it also refills.)
+//    Without it, the index is reported on the next GetSplits call, or by the worker's heartbeat
+//    (TakeUnreportedStarts), whichever comes first — a crash in between lets the dispatcher hand
+//    the split out again. Failed reports are put back and re-sent (the dispatcher treats repeated
+//    acks as one);
 //  - request.epoch is this task's epoch (0-based). end_of_splits ends the epoch: GetNext returns
 //    nullopt until Reset() moves to the next epoch. A response with no splits and no end_of_splits
 //    means "nothing now, ask again" (the next epoch is not open yet, or other splits of this one
@@ -41,6 +46,7 @@ namespace sluice::worker {
 struct SplitProviderOptions {
   int max_splits = 8;          // the most splits held locally (queued, fetched but not started)
   int refill_threshold = -1;   // fetch more when the queue holds this many or fewer; -1: max_splits / 4
+  bool ack_before_start = true;  // GetNext waits until the dispatcher acknowledged the split's start
   absl::Duration initial_backoff = absl::Milliseconds(10);
   absl::Duration max_backoff = absl::Seconds(1);
 };
@@ -59,7 +65,8 @@ class DispatcherSplitProvider : public pipeline::SplitProvider {
   void Cancel();
 
   // Started split indices not yet reported to the dispatcher; the caller reports them (heartbeat)
-  // and gives them back with RestoreUnreportedStarts if that fails.
+  // and gives them back with RestoreUnreportedStarts if that fails. Always empty with
+  // ack_before_start (the provider reports every start itself before the split is read).
   std::vector<uint64_t> TakeUnreportedStarts();
   void RestoreUnreportedStarts(const std::vector<uint64_t>& indices);
 
@@ -70,6 +77,7 @@ class DispatcherSplitProvider : public pipeline::SplitProvider {
  private:
   void FetchLoop();
   bool NeedFetch() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool NeedAck() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   DispatcherClient* const dispatcher_;
   const int64_t task_id_;
@@ -88,6 +96,7 @@ class DispatcherSplitProvider : public pipeline::SplitProvider {
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   int64_t calls_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t started_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t acked_ ABSL_GUARDED_BY(mu_) = 0;  // ack_before_start: starts 1..acked_ are acknowledged
   int waiting_readers_ ABSL_GUARDED_BY(mu_) = 0;  // GetNext calls waiting for a split
 
   std::thread fetcher_;

@@ -56,9 +56,41 @@ TEST_CASE("worker_split_provider fetches splits in batches, far fewer calls than
   for (const auto& request : fake.get_splits_requests()) {
     CHECK(request.task_id() == 7);
     CHECK(request.worker_address() == "w:1");
+    if (request.max_splits() == 0) continue;  // a call that only acknowledges starts
     CHECK(request.max_splits() >= 6);
     CHECK(request.max_splits() <= 8);
   }
+}
+
+TEST_CASE("worker_split_provider hands a split to the source only after the dispatcher acknowledged its start") {
+  FakeDispatcher fake;
+  fake.SetSplits(MakeSplits(30));
+  DispatcherSplitProvider provider(&fake, 1, "w:1", FastRetry());
+  int checked = 0;
+  while (true) {
+    auto next = provider.GetNext();
+    REQUIRE(next.ok());
+    if (!next->has_value()) break;
+    // Whatever the worker does from here on (a kill -9 included), the dispatcher never hands this
+    // split to another worker: no element of it can be read twice.
+    CHECK(fake.started().count((*next)->index) == 1);
+    ++checked;
+  }
+  CHECK(checked == 30);
+  CHECK(provider.TakeUnreportedStarts().empty());
+}
+
+TEST_CASE("worker_split_provider: an acknowledgement that fails is retried before the split is read") {
+  FakeDispatcher fake;
+  fake.SetSplits(MakeSplits(20));
+  DispatcherSplitProvider provider(&fake, 1, "w:1", FastRetry());
+  REQUIRE(WaitUntil([&] { return fake.get_splits_calls() == 1; }));
+  fake.FailNextGetSplits(2);
+  auto next = provider.GetNext();
+  REQUIRE(next.ok());
+  REQUIRE(next->has_value());
+  CHECK(fake.started().count((*next)->index) == 1);
+  CHECK(provider.get_splits_calls() >= 4);  // the first fetch, two failed acks, the one that worked
 }
 
 TEST_CASE("worker_split_provider prefetches before the local queue runs dry") {
@@ -69,17 +101,26 @@ TEST_CASE("worker_split_provider prefetches before the local queue runs dry") {
   REQUIRE(WaitUntil([&] { return fake.get_splits_calls() == 1; }));
   CHECK(fake.handed_out().size() == 8);
   // Taking 6 of the 8 leaves 2 queued: the refill starts while splits are still queued locally.
+  // (Calls in between only acknowledge starts: they ask for no splits.)
   for (int i = 0; i < 6; ++i) REQUIRE(provider.GetNext().ok());
-  REQUIRE(WaitUntil([&] { return fake.get_splits_calls() == 2; }));
+  auto refills = [&] {
+    std::vector<service::GetSplitsRequest> out;
+    for (const auto& r : fake.get_splits_requests()) {
+      if (r.max_splits() > 0) out.push_back(r);
+    }
+    return out;
+  };
+  REQUIRE(WaitUntil([&] { return refills().size() == 2; }));
   CHECK(provider.splits_started() == 6);
-  auto second = fake.get_splits_requests().at(1);
-  CHECK(second.max_splits() == 6);
+  CHECK(refills().at(1).max_splits() == 6);
 }
 
 TEST_CASE("worker_split_provider acknowledges each split once, on GetSplits or through the heartbeat") {
   FakeDispatcher fake;
   fake.SetSplits(MakeSplits(50));
-  DispatcherSplitProvider provider(&fake, 1, "w:1", FastRetry());
+  SplitProviderOptions lazy = FastRetry();
+  lazy.ack_before_start = false;  // starts ride on the next GetSplits or heartbeat
+  DispatcherSplitProvider provider(&fake, 1, "w:1", lazy);
   std::vector<uint64_t> got = ReadEpoch(provider);
   REQUIRE(got.size() == 50);
   // Acks that went with GetSplits calls were handed out before; the rest wait for the heartbeat.

@@ -351,10 +351,11 @@ void RoundRobinTaskRunner::Stop(absl::Status reason) {
   {
     absl::MutexLock lock(&mu_);
     if (!aborted_) {
+      const bool finished = done_ && status_.ok() && prepared_.empty() && current_round_ < 0;
       aborted_ = true;
       stopped_ = true;
       done_ = true;
-      status_ = std::move(reason);
+      if (!finished) status_ = std::move(reason);  // a finished task's readers still see the end
       prepared_.clear();
       current_.clear();
       current_round_ = -1;

@@ -114,8 +114,9 @@ class TaskRunner {
   // Shutdown: stop producing; what is buffered (or the bound round) is still served, then readers
   // get UNAVAILABLE.
   virtual void BeginDrain() = 0;
-  // Task deletion: stops producing, drops what is buffered and wakes every reader with `reason`.
-  // Does not wait for the producer thread (the destructor joins it).
+  // Task deletion: stops producing, drops what is buffered and wakes every reader with `reason`
+  // (readers of a task that had finished still get end_of_sequence). Does not wait for the
+  // producer thread (the destructor joins it).
   virtual void Stop(absl::Status reason) = 0;
   // Coordinated reads: waits until no round is bound with elements not yet taken (or `deadline`).
   // True when none is.

@@ -109,6 +109,10 @@ TEST_CASE("worker_task_runner buffers ahead of readers, bounded, then serves eve
   CHECK(ReadAll(*runner) == Iota(0, 1000));
   auto progress = runner->Progress();
   CHECK(progress.finished);
+  runner->Stop(absl::NotFoundError("deleted"));  // deleting a finished task: readers still see the end
+  auto end = runner->GetNextBatch(1, 1, nullptr);
+  REQUIRE(end.ok());
+  CHECK(end->end_of_sequence);
   CHECK(progress.elements_produced == 1000);
   CHECK(metrics.elements_produced() == 1000);
   CHECK(metrics.pipeline_runs() == 1);
@@ -288,6 +292,10 @@ TEST_CASE("worker_round_robin serves round r's c-th element to consumer c, from 
   CHECK(end->end_of_sequence);
   CHECK(runner->Progress().finished);
   CHECK(runner->GetNextBatch(1, 1, nullptr).status().code() == absl::StatusCode::kFailedPrecondition);
+  runner->Stop(absl::NotFoundError("deleted"));  // deleting a finished task: readers still see the end
+  auto after = get(11, 0);
+  REQUIRE(after.ok());
+  CHECK(after->end_of_sequence);
 }
 
 TEST_CASE("worker_round_robin skips a round that is not ready in time, for every consumer") {

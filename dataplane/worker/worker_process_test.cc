@@ -144,6 +144,7 @@ TEST_CASE("worker_process: sluice-worker serves, reports metrics, and exits clea
   auto stub = service::Worker::NewStub(*channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  context.set_wait_for_ready(true);
   auto reader = stub->GetElements(&context, Request(1));
   service::GetElementsResponse response;
   REQUIRE(reader->Read(&response));
