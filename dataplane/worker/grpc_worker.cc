@@ -199,9 +199,24 @@ grpc::ServerWriteReactor<service::GetElementsResponse>* WorkerService::GetElemen
   return reactor;
 }
 
-grpc::ServerUnaryReactor* WorkerService::GetElement(grpc::CallbackServerContext*, const service::GetElementsRequest* request,
+grpc::ServerUnaryReactor* WorkerService::GetElement(grpc::CallbackServerContext* context,
+                                                    const service::GetElementsRequest* request,
                                                     service::GetElementsResponse* response) {
-  auto* reactor = new ElementReactor(worker_.load(), request, response);
+  WorkerImpl* worker = worker_.load();
+  if (worker != nullptr) {
+    // Most requests can be answered at once (the round's data is ready): do that on gRPC's thread,
+    // without waiting. Only a request that has to wait gets a thread of its own.
+    CancelToken no_wait;
+    no_wait.Cancel();
+    auto result = worker->GetElement(*request, &no_wait);
+    if (!absl::IsCancelled(result.status())) {
+      if (result.ok()) response->Swap(&*result);
+      grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+      reactor->Finish(rpc::ToGrpc(result.status()));
+      return reactor;
+    }
+  }
+  auto* reactor = new ElementReactor(worker, request, response);
   threads_.Spawn([reactor] { reactor->Run(); });
   return reactor;
 }

@@ -4,7 +4,8 @@
 //  - WorkerService: the Worker service. GetElements runs a server-streaming reactor whose sender
 //    runs on a thread of its own (one per active stream): it keeps one write in flight (gRPC flow
 //    control) and moves encoded bytes into the response without copying. GetElement (coordinated
-//    reads) likewise runs on its own thread, so gRPC's threads never block;
+//    reads) is answered on gRPC's thread when the answer is ready, else on a thread of its own, so
+//    gRPC's threads never block;
 //  - WorkerServer: the grpc::Server with TLS/mTLS from dataplane/rpc, and the graceful shutdown
 //    sequence (drain, finish in-flight work, deregister, stop within a budget).
 //

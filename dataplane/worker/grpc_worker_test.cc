@@ -249,6 +249,27 @@ TEST_CASE("worker_grpc coordinated reads through GetElement") {
       CHECK(testing::DecodeInt(response.elements(0)) == 2 * round + consumer);
     }
   }
+  // A request that has to wait (round 4 while consumer 1 has not taken round 3) is served once the
+  // round it waits for completes.
+  auto get = [&](int64_t round, int64_t consumer) {
+    service::GetElementsRequest request;
+    request.set_task_id(1);
+    request.set_round(round);
+    request.set_consumer_index(consumer);
+    service::GetElementsResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    grpc::Status status = w.stub->GetElement(&context, request, &response);
+    REQUIRE(status.ok());
+    REQUIRE(response.elements_size() == 1);
+    return testing::DecodeInt(response.elements(0));
+  };
+  CHECK(get(3, 0) == 6);
+  int64_t waited = -1;
+  std::thread ahead([&] { waited = get(4, 0); });
+  CHECK(get(3, 1) == 7);
+  ahead.join();
+  CHECK(waited == 8);
 }
 
 TEST_CASE("worker_grpc rejects malformed and hostile requests with clear errors, and stays healthy") {

@@ -1,9 +1,6 @@
 // sluice-worker: runs the data service's pipelines for the tasks a dispatcher assigns, and streams
 // their elements to clients. See docs/dataservice-worker.md.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -29,20 +26,6 @@ log::Level ParseLevel(const std::string& level) {
   if (level == "warning") return log::Level::kWarning;
   if (level == "error") return log::Level::kError;
   return log::Level::kInfo;
-}
-
-// Connects to host:port and hangs up at once.
-void WakeListener(const std::string& listen_host, int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (listen_host == "0.0.0.0" || inet_pton(AF_INET, listen_host.c_str(), &addr.sin_addr) != 1) {
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  }
-  (void)connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  close(fd);
 }
 
 int Fail(const absl::Status& status) {
@@ -131,19 +114,8 @@ int Run(int argc, char** argv) {
       _exit(3);
     }
   });
-  // The admin server takes up to about a second to stop (civetweb's poll period): stop it alongside.
-  const int admin_port = admin ? admin->port() : -1;
-  absl::Notification admin_stopped;
-  std::thread admin_stopper([&admin, &admin_stopped] {
-    admin.reset();
-    admin_stopped.Notify();
-  });
   (*server)->GracefulShutdown(*worker, budget);
-  // civetweb's listener notices the stop only when its poll (2 s) returns: a connection wakes it.
-  while (admin_port > 0 && !admin_stopped.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
-    WakeListener(flags.listen_host, admin_port);
-  }
-  admin_stopper.join();
+  admin.reset();  // /readyz said "draining" until here
   worker.reset();
   server->reset();
   SLUICE_LOG(Info, "exiting").With("shutdown_ms", absl::ToInt64Milliseconds(absl::Now() - signalled));

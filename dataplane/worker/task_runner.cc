@@ -442,7 +442,6 @@ absl::StatusOr<RoundElement> RoundRobinTaskRunner::GetRoundElement(int64_t round
     deadline = round_deadlines_.emplace(round, absl::Now() + round_timeout_).first->second;  // shared by all consumers
   }
   while (true) {
-    if (IsCancelled(cancel)) return absl::CancelledError("GetElement cancelled");
     if (skipped_.count(round) > 0) return RoundElement{nullptr, true, false};
     if (current_round_ == round) {
       const size_t c = static_cast<size_t>(consumer_index);
@@ -472,7 +471,9 @@ absl::StatusOr<RoundElement> RoundRobinTaskRunner::GetRoundElement(int64_t round
         return RoundElement{nullptr, false, true};
       }
     }
-    // Wait for the bound round to complete, for data, or for the round's deadline.
+    // Wait for the bound round to complete, for data, or for the round's deadline. Cancellation only
+    // ends a wait: with a token cancelled beforehand this is a non-blocking attempt.
+    if (IsCancelled(cancel)) return absl::CancelledError("GetElement cancelled");
     const uint64_t seen = version_;
     auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return version_ != seen || IsCancelled(cancel); };
     if (deadline.has_value()) {

@@ -108,7 +108,8 @@ class TaskRunner {
   // Streaming reads: see ElementBuffer::Pop.
   virtual absl::StatusOr<ElementBuffer::Batch> GetNextBatch(size_t max_elements, size_t max_bytes,
                                                             CancelToken* cancel) = 0;
-  // Coordinated reads.
+  // Coordinated reads. `cancel` ends a wait (CANCELLED); a token cancelled beforehand makes this a
+  // non-blocking attempt that answers when it can without waiting.
   virtual absl::StatusOr<RoundElement> GetRoundElement(int64_t round, int64_t consumer_index, bool allow_skip,
                                                        CancelToken* cancel) = 0;
   // Shutdown: stop producing; what is buffered (or the bound round) is still served, then readers

@@ -346,6 +346,25 @@ TEST_CASE("worker_round_robin: a consumer ahead waits for the bound round to com
   CHECK(ValueOf(next->element) == 2);
 }
 
+TEST_CASE("worker_round_robin: a token cancelled beforehand makes a non-blocking attempt") {
+  auto producer = std::make_unique<GatedProducer>(100);
+  GatedProducer* gate = producer.get();
+  RoundRobinTaskRunner runner(Coordinated(1, 2), std::move(producer), Env().options);
+  CancelToken no_wait;
+  no_wait.Cancel();
+  CHECK(absl::IsCancelled(runner.GetRoundElement(0, 0, false, &no_wait).status()));  // no data yet
+  gate->Release(2);
+  REQUIRE(WaitUntil([&] { return runner.Progress().buffered_elements == 2; }));
+  auto ready = runner.GetRoundElement(0, 0, false, &no_wait);
+  REQUIRE(ready.ok());
+  CHECK(ValueOf(ready->element) == 0);
+  // Round 1 has to wait for consumer 1 to take round 0.
+  CHECK(absl::IsCancelled(runner.GetRoundElement(1, 0, false, &no_wait).status()));
+  // A skip deadline starts with the first attempt, blocking or not.
+  auto skipped = runner.GetRoundElement(1, 0, true, &no_wait);
+  CHECK(absl::IsCancelled(skipped.status()));
+}
+
 TEST_CASE("worker_round_robin drain: the bound round is finished, no new round starts") {
   auto producer = std::make_unique<GatedProducer>(100);
   GatedProducer* gate = producer.get();

@@ -87,15 +87,34 @@ void WorkerImpl::StopHeartbeats(absl::Time deadline) {
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
 }
 
+class WorkerImpl::HeartbeatDone {
+ public:
+  explicit HeartbeatDone(WorkerImpl* worker) : worker_(worker) {}
+  ~HeartbeatDone() {
+    absl::MutexLock lock(&worker_->mu_);
+    worker_->heartbeat_in_flight_ = false;
+  }
+  HeartbeatDone(const HeartbeatDone&) = delete;
+  HeartbeatDone& operator=(const HeartbeatDone&) = delete;
+
+ private:
+  WorkerImpl* worker_;
+};
+
 absl::Status WorkerImpl::Heartbeat(const CallOptions& options) {
-  absl::MutexLock one_at_a_time(&heartbeat_mu_);
   std::vector<std::shared_ptr<TaskRunner>> runners;
   service::WorkerHeartbeatRequest request;
   {
+    // One heartbeat at a time (the loop and explicit calls): progress is taken from the runners
+    // once per heartbeat. A flag rather than a lock held across the RPC.
     absl::MutexLock lock(&mu_);
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !heartbeat_in_flight_; };
+    mu_.Await(absl::Condition(&idle));
+    heartbeat_in_flight_ = true;
     for (const auto& [id, runner] : tasks_) runners.push_back(runner);
     request.set_draining(draining_);
   }
+  HeartbeatDone done(this);  // clears heartbeat_in_flight_ on every return
   request.set_worker_address(config_.worker_address);
   request.set_worker_host(config_.worker_host);
   request.set_placement(config_.placement);

@@ -61,7 +61,8 @@ class WorkerImpl {
   // client is gone) until end_of_sequence, an error, or `cancel`.
   absl::Status StreamElements(const service::GetElementsRequest& request, CancelToken* cancel,
                               const std::function<bool(service::GetElementsResponse&)>& write);
-  // Coordinated reads: the element of request.round for request.consumer_index.
+  // Coordinated reads: the element of request.round for request.consumer_index. With `cancel`
+  // already cancelled it does not wait: CANCELLED means "not ready without waiting".
   absl::StatusOr<service::GetElementsResponse> GetElement(const service::GetElementsRequest& request,
                                                           CancelToken* cancel);
 
@@ -87,6 +88,7 @@ class WorkerImpl {
 
  private:
   void HeartbeatLoop();
+  class HeartbeatDone;
 
   const WorkerConfig config_;
   DispatcherClient* const dispatcher_;
@@ -105,8 +107,8 @@ class WorkerImpl {
   bool heartbeat_loop_done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_);
   int64_t heartbeats_sent_ ABSL_GUARDED_BY(mu_) = 0;
+  bool heartbeat_in_flight_ ABSL_GUARDED_BY(mu_) = false;  // one heartbeat at a time
   std::thread heartbeat_thread_;
-  absl::Mutex heartbeat_mu_;  // one heartbeat at a time (the loop, and explicit calls)
 };
 
 }  // namespace sluice::worker

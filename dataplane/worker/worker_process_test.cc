@@ -200,6 +200,35 @@ TEST_CASE("worker_process: SIGTERM with the dispatcher gone still exits cleanly"
   CHECK_THAT(worker.Log(), Catch::Contains("deregistration failed"));
 }
 
+TEST_CASE("worker_process: not ready before it has registered, and still exits cleanly") {
+  sluice::testing::TempDir dir;
+  // A port nobody listens on: bind one, then close it.
+  int probe = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(probe, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  socklen_t len = sizeof(addr);
+  REQUIRE(getsockname(probe, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const int dead_port = ntohs(addr.sin_port);
+  close(probe);
+  ChildProcess worker({WorkerBinary(), absl::StrCat("--dispatcher_address=127.0.0.1:", dead_port), "--port=0",
+                       "--metrics_port=0", "--listen_host=127.0.0.1", "--heartbeat_interval_ms=50"},
+                      dir.File("worker.log"));
+  auto [port, metrics_port] = ListeningPorts(worker);
+  (void)port;
+  CHECK(HttpGet(metrics_port, "/healthz").find(" 200 ") != std::string::npos);
+  const std::string ready = HttpGet(metrics_port, "/readyz");
+  CHECK(ready.find(" 503 ") != std::string::npos);
+  CHECK_THAT(ready, Catch::Contains("not registered"));
+  worker.Signal(SIGTERM);
+  auto status = worker.WaitForExit();
+  REQUIRE(status.has_value());
+  INFO(worker.Log());
+  REQUIRE(WIFEXITED(*status));
+  CHECK(WEXITSTATUS(*status) == 0);
+}
+
 TEST_CASE("worker_process: bad flags exit with status 2 and a message naming the flag") {
   sluice::testing::TempDir dir;
   ChildProcess worker({WorkerBinary(), "--dispatcher_address=d:1", "--placement=orbit"}, dir.File("worker.log"));
