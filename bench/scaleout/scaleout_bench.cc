@@ -1,0 +1,242 @@
+#include "bench/scaleout/scaleout_bench.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "bench/dataservice/bench_report.h"
+#include "bench/dataservice/local_dataservice.h"
+#include "bench/scaleout/cpu_quota.h"
+#include "common/log.h"
+#include "dataplane/client/data_service_client.h"
+
+namespace sluice::bench {
+namespace {
+
+absl::Status ValidateOptions(const ScaleoutBenchOptions& o) {
+  if (o.worker_counts.empty()) return absl::InvalidArgumentError("--workers: give at least one worker count");
+  for (int n : o.worker_counts) {
+    if (n < 1 || n > 64) return absl::InvalidArgumentError(absl::StrCat("--workers: ", n, " is outside [1, 64]"));
+  }
+  if (o.cpus_per_worker < 0.01 || o.cpus_per_worker > 64) {
+    return absl::InvalidArgumentError(absl::StrCat("--cpus_per_worker must be in [0.01, 64], got ", o.cpus_per_worker));
+  }
+  if (o.seconds <= 0) return absl::InvalidArgumentError(absl::StrCat("--seconds must be > 0, got ", o.seconds));
+  if (o.warmup_seconds < 0) return absl::InvalidArgumentError(absl::StrCat("--warmup must be >= 0, got ", o.warmup_seconds));
+  if (o.image_size < 2 || o.image_size > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat("--image_size must be in [2, 4096], got ", o.image_size));
+  }
+  if (o.output_size < 1 || o.output_size > o.image_size) {
+    return absl::InvalidArgumentError(absl::StrCat("--output_size must be in [1, --image_size], got ", o.output_size));
+  }
+  if (o.quota != "auto" && o.quota != "taskset") {
+    return absl::InvalidArgumentError(absl::StrCat("--quota: '", o.quota, "' is not auto or taskset"));
+  }
+  return absl::OkStatus();
+}
+
+int Fail(const absl::Status& status, const std::string& log_dir) {
+  std::cerr << "scaleout: " << status.message() << "\n";
+  if (!log_dir.empty()) std::cerr << "scaleout: the processes' logs are kept in " << log_dir << "\n";
+  return 1;
+}
+
+struct WorkerSample {
+  std::vector<double> cpu_seconds;
+  std::vector<ThrottleStats> throttle;
+};
+
+WorkerSample Sample(const LocalDataService& ds, const CpuQuota& quota) {
+  WorkerSample s;
+  for (int i = 0; i < ds.num_workers(); ++i) {
+    s.cpu_seconds.push_back(ProcessCpuSeconds(ds.worker(i).pid()).value_or(0));
+    s.throttle.push_back(quota.Stats(i));
+  }
+  return s;
+}
+
+// Reads a fresh SHARDING_OFF job from all current workers for the window.
+absl::StatusOr<ScaleoutPoint> Measure(LocalDataService& ds, const CpuQuota& quota, const pipeline::PipelineDef& def,
+                                      const ScaleoutBenchOptions& o) {
+  client::DataServiceClientOptions co;
+  co.dispatcher_address = ds.dispatcher_address();
+  co.pipeline = def;
+  co.sharding = service::SHARDING_OFF;
+  co.compression = service::COMPRESSION_NONE;
+  co.heartbeat_interval = absl::Milliseconds(100);
+  auto created = client::DataServiceClient::Create(co);
+  if (!created.ok()) return created.status();
+  std::unique_ptr<client::DataServiceClient> c = *std::move(created);
+  const int n = ds.num_workers();
+  absl::Time first = absl::InfiniteFuture(), start = absl::InfiniteFuture();
+  WorkerSample before;
+  int64_t elements = 0;
+  ScaleoutPoint p;
+  p.workers = n;
+  while (true) {
+    auto next = c->GetNext(absl::Seconds(60));
+    if (!next.ok()) return next.status();
+    if (!next->has_value()) return absl::DataLossError("the scale-out job ended before the measurement window closed");
+    const absl::Time now = absl::Now();
+    if (start == absl::InfiniteFuture()) {
+      if (first == absl::InfiniteFuture()) first = now;
+      if (now - first >= absl::Seconds(o.warmup_seconds)) {
+        start = now;
+        before = Sample(ds, quota);
+      }
+      continue;
+    }
+    ++elements;
+    if (now - start >= absl::Seconds(o.seconds)) {
+      const WorkerSample after = Sample(ds, quota);
+      const double wall = absl::ToDoubleSeconds(now - start);
+      p.elements_per_second = static_cast<double>(elements) / wall;
+      double cpu = 0;
+      int64_t periods = 0, throttled = 0;
+      for (int i = 0; i < n; ++i) {
+        cpu += after.cpu_seconds[i] - before.cpu_seconds[i];
+        periods += after.throttle[i].periods - before.throttle[i].periods;
+        throttled += after.throttle[i].throttled_periods - before.throttle[i].throttled_periods;
+      }
+      p.worker_cpu_per_second = cpu / wall / n;
+      p.throttled_fraction = Ratio(static_cast<double>(throttled), static_cast<double>(periods));
+      break;
+    }
+  }
+  c->Cancel();
+  return p;
+}
+
+}  // namespace
+
+std::string ScaleoutPipelineSpec(const ScaleoutBenchOptions& o) {
+  return absl::StrCat("name: scaleout-bench\n",
+                      "source: {synthetic: {count: 1000000000, shape: [", o.image_size, ", ", o.image_size,
+                      ", 3], dtype: uint8, split_size: 256}}\n",
+                      "steps:\n",
+                      "  - map:\n",
+                      "      parallelism: 1\n",
+                      "      ops:\n",
+                      "        - resize: {field: data, size: [", o.output_size, "]}\n",
+                      "        - normalize: {field: data, mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}\n",
+                      "options: {cpu_budget: 1}\n");
+}
+
+double ScalingEfficiency(double throughput_n, int n, double throughput_1) {
+  if (n <= 0) return 0;
+  return Ratio(throughput_n, n * throughput_1);
+}
+
+nlohmann::json ScaleoutResultJson(const std::vector<ScaleoutPoint>& points, const std::string& mechanism,
+                                  const nlohmann::json& extra) {
+  nlohmann::json out = {{"benchmark", "scaleout"}, {"quota_mechanism", mechanism}};
+  double one = 0;
+  for (const auto& p : points) {
+    if (p.workers == 1) one = p.elements_per_second;
+  }
+  nlohmann::json list = nlohmann::json::array();
+  const ScaleoutPoint* max = nullptr;
+  for (const auto& p : points) {
+    const double eff = ScalingEfficiency(p.elements_per_second, p.workers, one);
+    out[absl::StrCat("throughput_", p.workers)] = Round(p.elements_per_second, 1);
+    out[absl::StrCat("efficiency_", p.workers)] = Round(eff, 3);
+    list.push_back({{"workers", p.workers},
+                    {"elements_per_second", Round(p.elements_per_second, 1)},
+                    {"per_worker_elements_per_second", Round(Ratio(p.elements_per_second, p.workers), 1)},
+                    {"efficiency", Round(eff, 3)},
+                    {"worker_cpu_per_second", Round(p.worker_cpu_per_second, 3)},
+                    {"throttled_fraction", Round(p.throttled_fraction, 3)}});
+    if (max == nullptr || p.workers > max->workers) max = &p;
+  }
+  out["points"] = std::move(list);
+  out["max_workers"] = max == nullptr ? 0 : max->workers;
+  out["efficiency_at_max"] = max == nullptr ? 0.0 : Round(ScalingEfficiency(max->elements_per_second, max->workers, one), 3);
+  for (const auto& [key, value] : extra.items()) out[key] = value;
+  return out;
+}
+
+void AddScaleoutBenchFlags(CLI::App* app, ScaleoutBenchOptions& o) {
+  app->add_option("--workers", o.worker_counts, "worker counts to measure, ascending")->capture_default_str();
+  app->add_option("--cpus_per_worker", o.cpus_per_worker, "CPU quota per worker (fraction of one CPU)")
+      ->capture_default_str();
+  app->add_option("--seconds", o.seconds, "measured seconds per worker count")->capture_default_str();
+  app->add_option("--warmup", o.warmup_seconds, "unmeasured seconds per worker count")->capture_default_str();
+  app->add_option("--image_size", o.image_size, "synthetic input image side (pixels)")->capture_default_str();
+  app->add_option("--output_size", o.output_size, "image side after resize")->capture_default_str();
+  app->add_option("--quota", o.quota, "auto (cgroup v2, v1, else taskset) or taskset")->capture_default_str();
+  app->add_option("--bin_dir", o.bin_dir, "directory of sluice-dispatcher and sluice-worker (default: this binary's)");
+  app->add_flag("--keep_logs", o.keep_logs, "keep the processes' logs");
+}
+
+int RunScaleoutBenchmark(const ScaleoutBenchOptions& o) {
+  if (absl::Status s = ValidateOptions(o); !s.ok()) return Fail(s, "");
+  log::SetMinLevel(log::Level::kWarning);  // the client's start-up lines would drown the progress
+  auto def = ParseBenchPipeline(ScaleoutPipelineSpec(o), "scaleout");
+  if (!def.ok()) return Fail(def.status(), "");
+  std::vector<int> counts = o.worker_counts;
+  std::sort(counts.begin(), counts.end());
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+  const MachineInfo machine = ReadMachineInfo();
+  auto log_dir = MakeLogDir("scaleout");
+  if (!log_dir.ok()) return Fail(log_dir.status(), "");
+
+  // Declared before the data service: destroyed after its workers stopped (cgroups must be empty).
+  std::unique_ptr<CpuQuota> quota =
+      CpuQuota::Create(o.cpus_per_worker, absl::StrCat("sluice-bench-scaleout-", getpid()), o.quota == "auto");
+  std::cout << "scaleout: CPU limit per worker: " << quota->Describe() << std::endl;
+  for (const auto& note : quota->notes()) std::cout << "scaleout:   (" << note << ")" << std::endl;
+  std::cout << "scaleout: logs in " << *log_dir << std::endl;
+
+  LocalDataServiceOptions dso;
+  dso.bin_dir = o.bin_dir.empty() ? ExecutableDir() : o.bin_dir;
+  dso.log_dir = *log_dir;
+  dso.dispatcher_args = {"--job_gc_grace_ms=0", "--tick_interval_ms=50"};
+  dso.worker_args = {"--cpu_budget=1"};
+  auto ds = LocalDataService::Start(dso);
+  if (!ds.ok()) return Fail(ds.status(), *log_dir);
+
+  std::vector<ScaleoutPoint> points;
+  for (int n : counts) {
+    while ((*ds)->num_workers() < n) {
+      const int index = (*ds)->num_workers();
+      absl::Status s = (*ds)->AddWorker([&quota, index](pid_t pid) { return quota->Apply(pid, index); });
+      if (!s.ok()) return Fail(s, *log_dir);
+    }
+    if (absl::Status s = (*ds)->WaitForWorkers(n, absl::Seconds(30)); !s.ok()) return Fail(s, *log_dir);
+    if (absl::Status s = (*ds)->WaitForJobsFinished(absl::Seconds(20)); !s.ok()) return Fail(s, *log_dir);
+    auto p = Measure(**ds, *quota, *def, o);
+    if (!p.ok()) {
+      return Fail(absl::Status(p.status().code(), absl::StrCat("measurement with ", n, " workers failed: ",
+                                                               p.status().message())),
+                  *log_dir);
+    }
+    std::printf("scaleout: %d workers  %9.1f elements/s  (%.1f per worker, worker CPU %.3f/s each, throttled %.0f%%)\n",
+                n, p->elements_per_second, p->elements_per_second / n, p->worker_cpu_per_second,
+                100 * p->throttled_fraction);
+    std::fflush(stdout);
+    points.push_back(*p);
+  }
+  const MachineInfo after = ReadMachineInfo();
+  nlohmann::json extra = {
+      {"quota", quota->Describe()},
+      {"quota_notes", quota->notes()},
+      {"cpus_per_worker", o.cpus_per_worker},
+      {"mode", "processes: sluice-dispatcher + CPU-limited sluice-worker processes, client in the benchmark process"},
+      {"pipeline", absl::StrCat("synthetic uint8 ", o.image_size, "x", o.image_size, "x3 -> resize ", o.output_size,
+                                " -> normalize (float32), 1 thread per worker")},
+      {"seconds_per_point", o.seconds},
+      {"machine", ToJson(machine)},
+      {"load_avg_after", {after.load1, after.load5, after.load15}},
+  };
+  const std::string mechanism = MechanismName(quota->mechanism());
+  ds->reset();
+  quota.reset();
+  if (!o.keep_logs) RemoveLogDir(*log_dir);
+  std::cout << ScaleoutResultJson(points, mechanism, extra).dump() << std::endl;
+  return 0;
+}
+
+}  // namespace sluice::bench

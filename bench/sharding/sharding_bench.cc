@@ -1,0 +1,227 @@
+#include "bench/sharding/sharding_bench.h"
+
+#include <cstdio>
+#include <iostream>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "bench/dataservice/bench_report.h"
+#include "bench/dataservice/local_dataservice.h"
+#include "common/log.h"
+#include "dataplane/client/data_service_client.h"
+
+namespace sluice::bench {
+namespace {
+
+constexpr double kTargetRatio = 0.9;
+
+absl::Status ValidateOptions(const ShardingBenchOptions& o) {
+  if (o.workers < 1 || o.workers > 16) return absl::InvalidArgumentError(absl::StrCat("--workers must be in [1, 16], got ", o.workers));
+  if (o.trials < 1) return absl::InvalidArgumentError(absl::StrCat("--trials must be >= 1, got ", o.trials));
+  if (o.elements_per_epoch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--elements must be >= 1, got ", o.elements_per_epoch));
+  }
+  if (o.split_size < 1) return absl::InvalidArgumentError(absl::StrCat("--split_size must be >= 1, got ", o.split_size));
+  if (o.num_epochs < 1) return absl::InvalidArgumentError(absl::StrCat("--epochs must be >= 1, got ", o.num_epochs));
+  if (o.image_size < 2 || o.image_size > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat("--image_size must be in [2, 4096], got ", o.image_size));
+  }
+  if (o.cpu_budget < 0) return absl::InvalidArgumentError(absl::StrCat("--cpu_budget must be >= 0, got ", o.cpu_budget));
+  return absl::OkStatus();
+}
+
+int Fail(const absl::Status& status, const std::string& log_dir) {
+  std::cerr << "sharding: " << status.message() << "\n";
+  if (!log_dir.empty()) std::cerr << "sharding: the processes' logs are kept in " << log_dir << "\n";
+  return 1;
+}
+
+// One trial: a fresh anonymous job of `def` with `sharding`, read until `total` elements arrived.
+absl::StatusOr<ShardingTrial> RunTrial(LocalDataService& ds, CountingDispatcherProxy& proxy,
+                                       const pipeline::PipelineDef& def, service::ShardingPolicy sharding,
+                                       const ShardingBenchOptions& o) {
+  const int64_t total = o.num_epochs * o.elements_per_epoch;
+  client::DataServiceClientOptions co;
+  co.dispatcher_address = ds.dispatcher_address();
+  co.pipeline = def;
+  co.sharding = sharding;
+  co.num_epochs = o.num_epochs;
+  co.compression = service::COMPRESSION_NONE;
+  co.heartbeat_interval = absl::Milliseconds(100);
+  proxy.ResetCounts();
+  auto created = client::DataServiceClient::Create(co);
+  if (!created.ok()) return created.status();
+  std::unique_ptr<client::DataServiceClient> c = *std::move(created);
+  ShardingTrial trial;
+  absl::flat_hash_map<uint64_t, int64_t> seen;  // key -> times (DYNAMIC: num_epochs each)
+  absl::Time first = absl::InfiniteFuture(), last = absl::InfiniteFuture();
+  while (trial.elements < total) {
+    auto next = c->GetNext(absl::Seconds(60));
+    if (!next.ok()) return next.status();
+    if (!next->has_value()) break;
+    last = absl::Now();
+    if (first == absl::InfiniteFuture()) first = last;
+    ++trial.elements;
+    if (sharding == service::SHARDING_DYNAMIC) ++seen[(*next)->key()];
+  }
+  if (sharding == service::SHARDING_DYNAMIC) {
+    // The job should end right after the last element: confirm, without counting that wait.
+    auto end = c->GetNext(absl::Seconds(60));
+    if (!end.ok()) return end.status();
+    if (end->has_value()) {
+      return absl::DataLossError(absl::StrCat("the distributed epoch yielded more than ", total, " elements"));
+    }
+    bool exactly = static_cast<int64_t>(seen.size()) == o.elements_per_epoch;
+    for (const auto& [key, n] : seen) exactly = exactly && n == o.num_epochs;
+    trial.distinct_elements = static_cast<int64_t>(seen.size());
+    if (!exactly || trial.elements != total) {
+      return absl::DataLossError(absl::StrCat("the distributed epoch delivered ", trial.elements, " elements (",
+                                              seen.size(), " distinct) instead of ", o.num_epochs, " x ",
+                                              o.elements_per_epoch, " exactly once each"));
+    }
+  } else if (trial.elements < total) {
+    return absl::DataLossError(absl::StrCat("the parallel-epochs job ended after ", trial.elements, " of ", total,
+                                            " elements"));
+  }
+  trial.calls = proxy.counts();
+  const double seconds = absl::ToDoubleSeconds(last - first);
+  trial.elements_per_second = seconds > 0 ? static_cast<double>(trial.elements - 1) / seconds : 0;
+  c->Cancel();
+  return trial;
+}
+
+}  // namespace
+
+std::string ShardingPipelineSpec(const ShardingBenchOptions& o) {
+  const int half = std::max(1, o.image_size / 2);
+  return absl::StrCat("name: sharding-bench\n",
+                      "source: {synthetic: {count: ", o.elements_per_epoch, ", shape: [", o.image_size, ", ",
+                      o.image_size, ", 3], dtype: uint8, split_size: ", o.split_size, "}}\n",
+                      "steps:\n",
+                      "  - map:\n",
+                      "      parallelism: 1\n",
+                      "      ops:\n",
+                      "        - resize: {field: data, size: [", half, "]}\n",
+                      "        - normalize: {field: data, mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}\n",
+                      "options: {cpu_budget: ", o.cpu_budget, "}\n");
+}
+
+nlohmann::json ShardingResultJson(const std::vector<ShardingTrial>& dynamic, const std::vector<ShardingTrial>& off,
+                                  int64_t splits_per_epoch, const ShardingBenchOptions& o, double target,
+                                  const nlohmann::json& extra) {
+  std::vector<double> dyn_eps, off_eps;
+  for (const auto& t : dynamic) dyn_eps.push_back(t.elements_per_second);
+  for (const auto& t : off) off_eps.push_back(t.elements_per_second);
+  int64_t calls = 0, splits = 0, end_answers = 0, empty_answers = 0;
+  for (const auto& t : dynamic) {
+    calls += t.calls.get_splits_calls;
+    splits += t.calls.splits_handed_out;
+    end_answers += t.calls.end_of_splits_answers;
+    empty_answers += t.calls.empty_answers;
+  }
+  int64_t off_calls = 0;
+  for (const auto& t : off) off_calls += t.calls.get_splits_calls;
+  const double dyn = Median(dyn_eps), par = Median(off_eps);
+  const double ratio = Ratio(dyn, par);
+  nlohmann::json out = {
+      {"benchmark", "sharding"},
+      {"ratio", Round(ratio, 3)},
+      {"dynamic_elements_per_second", Round(dyn, 1)},
+      {"off_elements_per_second", Round(par, 1)},
+      {"dynamic_trials", nlohmann::json::array()},
+      {"off_trials", nlohmann::json::array()},
+      {"target_ratio", target},
+      {"meets_target", ratio >= target},
+      {"workers", o.workers},
+      {"elements_per_epoch", o.elements_per_epoch},
+      {"num_epochs", o.num_epochs},
+      {"splits_per_epoch", splits_per_epoch},
+      {"getsplits_calls", calls},
+      {"splits_handed_out", splits},
+      {"splits_expected", splits_per_epoch * o.num_epochs * static_cast<int64_t>(dynamic.size())},
+      {"splits_per_call", Round(Ratio(static_cast<double>(splits), static_cast<double>(calls)), 2)},
+      {"end_of_splits_answers", end_answers},
+      {"empty_answers", empty_answers},
+      {"getsplits_calls_sharding_off", off_calls},
+  };
+  for (double v : dyn_eps) out["dynamic_trials"].push_back(Round(v, 1));
+  for (double v : off_eps) out["off_trials"].push_back(Round(v, 1));
+  for (const auto& [key, value] : extra.items()) out[key] = value;
+  return out;
+}
+
+void AddShardingBenchFlags(CLI::App* app, ShardingBenchOptions& o) {
+  app->add_option("--workers", o.workers, "workers")->capture_default_str();
+  app->add_option("--trials", o.trials, "trials per mode (modes alternate)")->capture_default_str();
+  app->add_option("--elements", o.elements_per_epoch, "elements per epoch")->capture_default_str();
+  app->add_option("--split_size", o.split_size, "elements per split")->capture_default_str();
+  app->add_option("--epochs", o.num_epochs, "epochs per trial")->capture_default_str();
+  app->add_option("--image_size", o.image_size, "side of the synthetic images (pixels)")->capture_default_str();
+  app->add_option("--cpu_budget", o.cpu_budget, "threads per task pipeline on the workers")->capture_default_str();
+  app->add_option("--bin_dir", o.bin_dir, "directory of sluice-dispatcher and sluice-worker (default: this binary's)");
+  app->add_flag("--keep_logs", o.keep_logs, "keep the processes' logs");
+}
+
+int RunShardingBenchmark(const ShardingBenchOptions& o) {
+  if (absl::Status s = ValidateOptions(o); !s.ok()) return Fail(s, "");
+  log::SetMinLevel(log::Level::kWarning);  // the client's start-up lines would drown the progress
+  auto def = ParseBenchPipeline(ShardingPipelineSpec(o), "sharding");
+  if (!def.ok()) return Fail(def.status(), "");
+  const int64_t splits_per_epoch = (o.elements_per_epoch + o.split_size - 1) / o.split_size;
+  const MachineInfo machine = ReadMachineInfo();
+  auto log_dir = MakeLogDir("sharding");
+  if (!log_dir.ok()) return Fail(log_dir.status(), "");
+  std::cout << "sharding: starting sluice-dispatcher, a counting proxy and " << o.workers
+            << " sluice-worker processes (logs in " << *log_dir << ")" << std::endl;
+  LocalDataServiceOptions dso;
+  dso.bin_dir = o.bin_dir.empty() ? ExecutableDir() : o.bin_dir;
+  dso.log_dir = *log_dir;
+  dso.dispatcher_args = {"--job_gc_grace_ms=0", "--tick_interval_ms=50"};
+  auto ds = LocalDataService::Start(dso);
+  if (!ds.ok()) return Fail(ds.status(), *log_dir);
+  auto proxy = CountingDispatcherProxy::Start((*ds)->dispatcher_address());
+  if (!proxy.ok()) return Fail(proxy.status(), *log_dir);
+  (*ds)->set_worker_dispatcher_address((*proxy)->address());
+  for (int i = 0; i < o.workers; ++i) {
+    if (absl::Status s = (*ds)->AddWorker(); !s.ok()) return Fail(s, *log_dir);
+  }
+  if (absl::Status s = (*ds)->WaitForWorkers(o.workers, absl::Seconds(20)); !s.ok()) return Fail(s, *log_dir);
+
+  std::vector<ShardingTrial> dynamic, off;
+  for (int trial = 0; trial < o.trials; ++trial) {
+    for (int side = 0; side < 2; ++side) {
+      const bool dyn = (side == 0) == (trial % 2 == 0);  // ABBA order against drift
+      if (absl::Status s = (*ds)->WaitForJobsFinished(absl::Seconds(20)); !s.ok()) {
+        return Fail(s, *log_dir);
+      }
+      auto t = RunTrial(**ds, **proxy, *def, dyn ? service::SHARDING_DYNAMIC : service::SHARDING_OFF, o);
+      if (!t.ok()) {
+        return Fail(absl::Status(t.status().code(), absl::StrCat(dyn ? "DYNAMIC" : "OFF", " trial ", trial + 1,
+                                                                 " failed: ", t.status().message())),
+                    *log_dir);
+      }
+      std::printf("sharding: trial %d/%d %-7s %9.1f elements/s  GetSplits calls %lld, splits %lld\n", trial + 1,
+                  o.trials, dyn ? "dynamic" : "off", t->elements_per_second,
+                  static_cast<long long>(t->calls.get_splits_calls), static_cast<long long>(t->calls.splits_handed_out));
+      std::fflush(stdout);
+      (dyn ? dynamic : off).push_back(*t);
+    }
+  }
+  const MachineInfo after = ReadMachineInfo();
+  nlohmann::json extra = {
+      {"mode", "processes: sluice-dispatcher + workers (via a counting proxy), client in the benchmark process"},
+      {"pipeline", "synthetic uint8 images -> resize to half -> normalize (float32)"},
+      {"image_size", o.image_size},
+      {"split_size", o.split_size},
+      {"trials", o.trials},
+      {"machine", ToJson(machine)},
+      {"load_avg_after", {after.load1, after.load5, after.load15}},
+  };
+  ds->reset();  // workers deregister through the proxy, so it goes last
+  proxy->reset();
+  if (!o.keep_logs) RemoveLogDir(*log_dir);
+  std::cout << ShardingResultJson(dynamic, off, splits_per_epoch, o, kTargetRatio, extra).dump() << std::endl;
+  return 0;
+}
+
+}  // namespace sluice::bench

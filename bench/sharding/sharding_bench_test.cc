@@ -1,0 +1,83 @@
+#include "bench/sharding/sharding_bench.h"
+
+#include <catch2/catch.hpp>
+
+#include "bench/dataservice/bench_report.h"
+#include "dataplane/pipeline/pipeline.h"
+
+namespace sluice::bench {
+namespace {
+
+TEST_CASE("The sharding pipeline lists one split per split_size elements and yields normalised images") {
+  ShardingBenchOptions o;
+  o.elements_per_epoch = 100;
+  o.split_size = 32;
+  o.image_size = 16;
+  auto def = ParseBenchPipeline(ShardingPipelineSpec(o), "sharding");
+  REQUIRE(def.ok());
+  auto p = pipeline::Pipeline::Create(*def);
+  REQUIRE(p.ok());
+  auto splits = (*p)->ListSplits();
+  REQUIRE(splits.ok());
+  CHECK(splits->size() == 4);  // 32 + 32 + 32 + 4
+  auto it = (*p)->MakeIterator();
+  REQUIRE(it.ok());
+  auto e = (*it)->Next();
+  REQUIRE(e.ok());
+  REQUIRE(e->has_value());
+  const pipeline::Tensor* data = (*e)->Find("data");
+  REQUIRE(data != nullptr);
+  CHECK(data->dtype() == pipeline::DType::kFloat32);
+  CHECK(data->nbytes() == 8 * 8 * 3 * 4);
+}
+
+ShardingTrial Trial(double eps, int64_t calls, int64_t splits) {
+  ShardingTrial t;
+  t.elements_per_second = eps;
+  t.calls.get_splits_calls = calls;
+  t.calls.splits_handed_out = splits;
+  return t;
+}
+
+TEST_CASE("ShardingResultJson: ratio of medians, and GetSplits batching over the dynamic trials") {
+  ShardingBenchOptions o;
+  o.num_epochs = 2;
+  auto j = ShardingResultJson({Trial(90, 20, 100), Trial(95, 22, 100), Trial(80, 21, 100)},
+                              {Trial(100, 0, 0), Trial(100, 0, 0), Trial(110, 0, 0)}, 50, o, 0.9, {{"mode", "x"}});
+  CHECK(j["benchmark"] == "sharding");
+  CHECK(j["ratio"].get<double>() == Approx(0.9));
+  CHECK(j["meets_target"] == true);
+  CHECK(j["dynamic_elements_per_second"].get<double>() == Approx(90));
+  CHECK(j["off_elements_per_second"].get<double>() == Approx(100));
+  CHECK(j["getsplits_calls"] == 63);
+  CHECK(j["splits_handed_out"] == 300);
+  CHECK(j["splits_expected"] == 300);  // 50 per epoch x 2 epochs x 3 trials
+  CHECK(j["splits_per_call"].get<double>() == Approx(4.76));
+  CHECK(j["getsplits_calls_sharding_off"] == 0);
+  CHECK(j["dynamic_trials"].size() == 3);
+  CHECK(j["mode"] == "x");
+
+  auto slow = ShardingResultJson({Trial(50, 1, 1)}, {Trial(100, 0, 0)}, 1, o, 0.9, {});
+  CHECK(slow["meets_target"] == false);
+  auto none = ShardingResultJson({}, {}, 1, o, 0.9, {});
+  CHECK(none["ratio"] == 0);
+  CHECK(none["splits_per_call"] == 0);
+}
+
+TEST_CASE("Invalid sharding options fail before any process starts") {
+  ShardingBenchOptions o;
+  o.workers = 0;
+  CHECK(RunShardingBenchmark(o) == 1);
+  o = ShardingBenchOptions();
+  o.split_size = 0;
+  CHECK(RunShardingBenchmark(o) == 1);
+  o = ShardingBenchOptions();
+  o.num_epochs = 0;
+  CHECK(RunShardingBenchmark(o) == 1);
+  o = ShardingBenchOptions();
+  o.image_size = 1;
+  CHECK(RunShardingBenchmark(o) == 1);
+}
+
+}  // namespace
+}  // namespace sluice::bench
