@@ -294,7 +294,7 @@ absl::StatusOr<json> Client::List(const ResourceRef& ref, absl::string_view ns, 
 }
 
 absl::StatusOr<json> Client::ListAll(const ResourceRef& ref, absl::string_view ns, const ListOptions& options,
-                                     std::stop_token stop) {
+                                     std::stop_token stop, const std::function<json(json&&)>& item_transform) {
   bool restarted = false;
   ListOptions page_options = options;
   json merged;
@@ -316,7 +316,7 @@ absl::StatusOr<json> Client::ListAll(const ResourceRef& ref, absl::string_view n
     }
     if (!page->is_object()) return absl::DataLossError(absl::StrCat("list ", ref.CollectionPath(ns), ": not an object"));
     if (page->contains("items") && (*page)["items"].is_array()) {
-      for (json& item : (*page)["items"]) items.push_back(std::move(item));
+      for (json& item : (*page)["items"]) items.push_back(item_transform ? item_transform(std::move(item)) : std::move(item));
     }
     std::string next;
     if (page->contains("metadata") && (*page)["metadata"].is_object()) {

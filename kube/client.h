@@ -106,8 +106,11 @@ class Client {
   // Follows `continue` until the list is complete; returns a list object whose items are all pages'
   // items and whose metadata.resourceVersion is the snapshot's. If a continue token expires (410),
   // restarts once with a consistent (resourceVersion unset) list.
+  // `item_transform`, when set, is applied to each item as its page arrives (so that a large list
+  // never exists untransformed all at once).
   absl::StatusOr<nlohmann::json> ListAll(const ResourceRef& ref, absl::string_view ns, const ListOptions& options = {},
-                                         std::stop_token stop = {});
+                                         std::stop_token stop = {},
+                                         const std::function<nlohmann::json(nlohmann::json&&)>& item_transform = {});
   // POST to the collection, or to an object's subresource when `subresource_of` names the object
   // (e.g. pods/<name>/binding: Create(Pods(), ns, binding, {}, "a-worker-0", "binding")).
   absl::StatusOr<nlohmann::json> Create(const ResourceRef& ref, absl::string_view ns, const nlohmann::json& body,

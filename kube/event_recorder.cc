@@ -1,5 +1,6 @@
 #include "kube/event_recorder.h"
 
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kube/errors.h"
@@ -50,8 +51,9 @@ absl::Status EventRecorder::Record(const json& regarding_object, EventType type,
   std::string note_text(note.substr(0, 1024));
   std::string event_ns = regarding_ns.empty() ? "default" : regarding_ns;
   absl::Time now = options_.clock->Now();
+  // The note enters the de-duplication key as a 64-bit hash: notes can be long and the cache large.
   Key key{absl::StrCat(GetString(regarding, "kind"), "/", regarding_ns, "/", regarding_name),
-          GetString(regarding, "uid"), std::string(reason), note_text,
+          GetString(regarding, "uid"), std::string(reason), absl::HashOf(note_text),
           type == EventType::kWarning ? "Warning" : "Normal"};
 
   std::optional<Entry> repeat;

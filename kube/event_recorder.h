@@ -57,7 +57,8 @@ class EventRecorder {
     int count = 1;
     absl::Time last;
   };
-  using Key = std::tuple<std::string, std::string, std::string, std::string, std::string>;
+  // (regarding kind/namespace/name, uid, reason, hash of the note, type)
+  using Key = std::tuple<std::string, std::string, std::string, size_t, std::string>;
 
   Client* const client_;
   const EventRecorderOptions options_;

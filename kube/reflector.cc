@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kube/errors.h"
+#include "kube/packed_object.h"
 #include "kube/workqueue.h"
 
 namespace sluice::kube {
@@ -85,11 +86,13 @@ absl::Status Reflector::ListAndSync(bool consistent, std::stop_token stop) {
   list.field_selector = options_.field_selector;
   list.limit = options_.page_size;
   if (!consistent) list.resource_version.emplace("0");
-  auto result = client_->ListAll(options_.resource, options_.ns, list, stop);
+  // Items are transformed page by page, so a large list never exists untransformed all at once.
+  auto transform = [this](json&& item) { return Transform(std::move(item)); };
+  auto result = client_->ListAll(options_.resource, options_.ns, list, stop, transform);
   if (!result.ok() && !consistent && !absl::IsCancelled(result.status())) {
     // resourceVersion=0 may be refused (or too old for this server): ask for a consistent list.
     list.resource_version.reset();
-    result = client_->ListAll(options_.resource, options_.ns, list, stop);
+    result = client_->ListAll(options_.resource, options_.ns, list, stop, transform);
   }
   if (!result.ok()) return result.status();
   std::vector<ObjectPtr> objects;
@@ -117,6 +120,19 @@ absl::Status Reflector::ListAndSync(bool consistent, std::stop_token stop) {
   return absl::OkStatus();
 }
 
+json Reflector::Transform(json&& object) const {
+  if (!options_.transform) return std::move(object);
+  return options_.transform(std::move(object));
+}
+
+json DropManagedFields(json&& object) {
+  if (object.is_object()) {
+    auto meta = object.find("metadata");
+    if (meta != object.end() && meta->is_object()) meta->erase("managedFields");
+  }
+  return std::move(object);
+}
+
 absl::Status Reflector::HandleEvent(WatchEvent&& event) {
   std::string rv = ResourceVersionOf(event.object);
   switch (event.type) {
@@ -124,7 +140,7 @@ absl::Status Reflector::HandleEvent(WatchEvent&& event) {
       break;
     case WatchEvent::Type::kAdded:
     case WatchEvent::Type::kModified: {
-      auto object = std::make_shared<const json>(std::move(event.object));
+      auto object = std::make_shared<const json>(Transform(std::move(event.object)));
       ObjectPtr previous = store_->Upsert(object);
       for (const ResourceEventHandler& h : handlers_) {
         if (previous == nullptr) {
@@ -136,7 +152,7 @@ absl::Status Reflector::HandleEvent(WatchEvent&& event) {
       break;
     }
     case WatchEvent::Type::kDeleted: {
-      auto object = std::make_shared<const json>(std::move(event.object));
+      auto object = std::make_shared<const json>(Transform(std::move(event.object)));
       ObjectPtr previous = store_->Remove(ObjectKey(*object));
       if (previous != nullptr) {
         for (const ResourceEventHandler& h : handlers_) if (h.on_delete) h.on_delete(object);
@@ -223,6 +239,13 @@ ResourceEventHandler EnqueueObjectHandler(WorkQueue* queue) {
 ResourceEventHandler EnqueueControllerOwnerHandler(WorkQueue* queue, std::string owner_kind) {
   auto enqueue = [queue, owner_kind](const ObjectPtr& o) {
     const json& object = *o;
+    if (IsPacked(object)) {
+      std::optional<PackedController> ref = PackedControllerOf(object);
+      if (!ref.has_value() || ref->kind != owner_kind || ref->name.empty()) return;
+      std::string ns = NamespaceOf(object);
+      queue->Add(ns.empty() ? ref->name : absl::StrCat(ns, "/", ref->name));
+      return;
+    }
     if (!object.contains("metadata") || !object["metadata"].is_object()) return;
     const json& meta = object["metadata"];
     if (!meta.contains("ownerReferences") || !meta["ownerReferences"].is_array()) return;

@@ -56,7 +56,14 @@ struct ReflectorOptions {
   BackoffPolicy backoff{};  // defaults: 0.8 s doubling to 30 s with jitter
   Clock* clock = Clock::Real();
   uint64_t seed = 0;  // 0 = random
+  // Applied to every listed or watched object before it is stored and handed to handlers (client-go's
+  // SetTransform): keep only the fields the program reads, to save memory. It must keep
+  // metadata.name, metadata.namespace and metadata.resourceVersion. Runs on the reflector's thread.
+  std::function<nlohmann::json(nlohmann::json&&)> transform{};
 };
+
+// A transform that drops metadata.managedFields (often the largest part of a small object).
+nlohmann::json DropManagedFields(nlohmann::json&& object);
 
 // What the metrics callback is told.
 enum class ReflectorEvent {
@@ -105,6 +112,7 @@ class Reflector {
   absl::Status ListAndSync(bool consistent, std::stop_token stop);
   absl::Status WatchOnce(std::stop_token stop, bool* saw_events);
   absl::Status HandleEvent(WatchEvent&& event);
+  nlohmann::json Transform(nlohmann::json&& object) const;
   void Emit(ReflectorEvent event, const absl::Status& status);
   void SetResourceVersion(const std::string& rv);
   int PickTimeoutSeconds();

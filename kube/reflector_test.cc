@@ -139,6 +139,59 @@ TEST_CASE("reflector: paginated rv=0 list / then a watch from its resourceVersio
   CHECK(std::count(metric_events.begin(), metric_events.end(), ReflectorEvent::kWatchEnded) == 1);
 }
 
+TEST_CASE("reflector: the transform shapes listed and watched objects before store and handlers") {
+  FixtureServer server;
+  REQUIRE(server.Start().ok());
+  json listed = Sample("a", "300");
+  listed["metadata"]["managedFields"] = json::array({{{"manager", "kubectl"}}});
+  listed["spec"] = {{"big", std::string(1000, 'x')}, {"keep", 1}};
+  server.Expect("GET", kPath, Reply::Json(200, List({listed}, "300")), {{"resourceVersion", "0"}});
+  json watched = Sample("b", "301");
+  watched["metadata"]["managedFields"] = json::array({{{"manager", "kubectl"}}});
+  watched["spec"] = {{"big", "y"}, {"keep", 2}};
+  server.Expect("GET", kPath, Reply::Watch({json{{"type", "ADDED"}, {"object", watched}}}, /*hold_open=*/true),
+                {{"watch", "true"}, {"resourceVersion", "300"}});
+  auto client = MakeClient(server);
+  Store store;
+  ReflectorOptions options;
+  options.resource = kSamples;
+  options.ns = "fixtures";
+  options.transform = [](json&& o) {
+    json out = DropManagedFields(std::move(o));
+    out["spec"].erase("big");
+    return out;
+  };
+  Reflector reflector(client.get(), &store, options);
+  std::vector<json> handed;
+  absl::Mutex mu;
+  ResourceEventHandler handler;
+  handler.on_add = [&](const ObjectPtr& o) {
+    absl::MutexLock lock(&mu);
+    handed.push_back(*o);
+  };
+  reflector.AddEventHandler(handler);
+  reflector.Start();
+  {
+    absl::MutexLock lock(&mu);
+    auto both = [&] { return handed.size() == 2; };
+    REQUIRE(mu.AwaitWithTimeout(absl::Condition(&both), absl::Seconds(10)));
+  }
+  reflector.Stop();
+  REQUIRE(store.size() == 2);
+  for (const char* key : {"fixtures/a", "fixtures/b"}) {
+    INFO(key);
+    ObjectPtr o = store.Get(key);
+    REQUIRE(o != nullptr);
+    CHECK_FALSE((*o)["metadata"].contains("managedFields"));
+    CHECK_FALSE((*o)["spec"].contains("big"));
+    CHECK((*o)["spec"].contains("keep"));
+  }
+  absl::MutexLock lock(&mu);
+  REQUIRE(handed.size() == 2);
+  CHECK_FALSE(handed[1]["metadata"].contains("managedFields"));
+  CHECK(reflector.LastResourceVersion() == "301");
+}
+
 void CheckRelistOnGone(const Reply& gone) {
   FixtureServer server;
   REQUIRE(server.Start().ok());

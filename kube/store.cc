@@ -1,6 +1,7 @@
 #include "kube/store.h"
 
 #include "absl/strings/str_cat.h"
+#include "kube/packed_object.h"
 #include "kube/resource.h"
 
 namespace sluice::kube {
@@ -23,6 +24,10 @@ IndexFunc IndexByLabel(std::string key) {
 namespace {
 std::vector<std::string> OwnerUids(const json& object, bool controller_only) {
   std::vector<std::string> out;
+  if (IsPacked(object)) {  // only the controller is recorded (kube/packed_object.h)
+    if (auto ref = PackedControllerOf(object); ref.has_value() && !ref->uid.empty()) out.push_back(ref->uid);
+    return out;
+  }
   if (!object.contains("metadata") || !object["metadata"].is_object()) return out;
   const json& meta = object["metadata"];
   if (!meta.contains("ownerReferences") || !meta["ownerReferences"].is_array()) return out;
