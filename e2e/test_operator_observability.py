@@ -81,7 +81,7 @@ def test_operator_runs_under_its_rbac_rules(cluster):
     lease = cluster.get("coordination.k8s.io/v1", "Lease", "sluice-operator", "sluice-system")
     assert lease["spec"]["holderIdentity"] == "operator"
     events = cluster.client.get("/apis/events.k8s.io/v1/namespaces/team/events")["items"]
-    assert {"CreatedDispatcher", "CreatedWorker"} <= {e["reason"] for e in events}
+    assert {"CreatedDispatcher", "CreatedService", "ScalingUp"} <= {e["reason"] for e in events}
 
     cluster.delete("sluice.dev/v1alpha1", "DataService", "r", "team")
     cluster.wait_for_deletion("sluice.dev/v1alpha1", "DataService", "r", "team", timeout=30)

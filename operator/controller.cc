@@ -1,5 +1,8 @@
 #include "operator/controller.h"
 
+#include <algorithm>
+#include <functional>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -7,6 +10,7 @@
 #include "kube/apply.h"
 #include "kube/errors.h"
 #include "kube/finalizer.h"
+#include "kube/packed_object.h"
 #include "kube/resource.h"
 #include "operator/manifests.h"
 
@@ -19,6 +23,15 @@ constexpr char kIndexControllerUid[] = "controller-uid";
 constexpr char kIndexNamespace[] = "namespace";
 
 std::string ManagedSelector() { return absl::StrCat(kLabelManagedBy, "=", kManagedByValue); }
+
+// spec.placement.policy read straight from the object (RemoteOnly when absent, the CRD default).
+bool IsRemoteOnly(const json& dataservice) {
+  const json* spec = dataservice.is_object() && dataservice.contains("spec") ? &dataservice["spec"] : nullptr;
+  if (spec == nullptr || !spec->is_object() || !spec->contains("placement")) return true;
+  const json& placement = (*spec)["placement"];
+  if (!placement.is_object() || !placement.contains("policy")) return true;
+  return placement["policy"] == "RemoteOnly";
+}
 
 kube::ResourceRef RefForKind(const std::string& kind) {
   if (kind == "Service") return kube::resources::Services();
@@ -44,42 +57,80 @@ DataServiceController::DataServiceController(kube::Client* client, OperatorOptio
   (void)claims_.AddIndex(kIndexControllerUid, kube::IndexByControllerUid());
   (void)dataservices_.AddIndex(kIndexNamespace, kube::IndexByNamespace());
 
-  auto reflector = [&](kube::Store* store, kube::ResourceRef ref, std::string ns, std::string selector) {
+  auto reflector = [&](kube::Store* store, kube::ResourceRef ref, std::string ns, std::string selector,
+                       std::function<json(json&&)> transform = kube::DropManagedFields) {
     kube::ReflectorOptions o;
     o.resource = std::move(ref);
     o.ns = std::move(ns);
     o.label_selector = std::move(selector);
     o.clock = options_.clock;
+    o.transform = std::move(transform);
     reflector_names_.push_back(o.resource.plural);
     reflectors_.push_back(std::make_unique<kube::Reflector>(client_, store, std::move(o)));
     return reflectors_.back().get();
   };
-  reflector(&dataservices_, DataServices(), options_.watch_namespace, "")
-      ->AddEventHandler(kube::EnqueueObjectHandler(&queue_));
-  kube::Reflector* pods = reflector(&pods_, kube::resources::Pods(), "", "");
+  // Caches hold packed entries (kube/packed_object.h): identity plus the object as JSON text.
+  auto packed = [](json&& o) { return kube::PackObject(kube::DropManagedFields(std::move(o))); };
+  kube::Reflector* dataservices = reflector(&dataservices_, DataServices(), options_.watch_namespace, "", packed);
+  dataservices->AddEventHandler(kube::EnqueueObjectHandler(&queue_));
+  dataservices->AddEventHandler(ConsumerSelectorHandler());
+  // Every pod of the cluster, compacted to what the reconciler reads.
+  kube::Reflector* pods = reflector(&pods_, kube::resources::Pods(), "", "",
+                                    [](json&& o) { return kube::PackObject(CompactPod(std::move(o))); });
   pods->AddEventHandler(kube::EnqueueControllerOwnerHandler(&queue_, kKind));
   pods->AddEventHandler(ConsumerPodHandler());
-  reflector(&services_, kube::resources::Services(), options_.watch_namespace, ManagedSelector())
+  pods->AddEventHandler(CpuLedgerHandler());
+  reflector(&services_, kube::resources::Services(), options_.watch_namespace, ManagedSelector(), packed)
       ->AddEventHandler(kube::EnqueueControllerOwnerHandler(&queue_, kKind));
-  reflector(&claims_, PersistentVolumeClaims(), options_.watch_namespace, ManagedSelector())
+  reflector(&claims_, PersistentVolumeClaims(), options_.watch_namespace, ManagedSelector(), packed)
       ->AddEventHandler(kube::EnqueueControllerOwnerHandler(&queue_, kKind));
-  reflector(&nodes_, kube::resources::Nodes(), "", "");
+  reflector(&nodes_, kube::resources::Nodes(), "", "", CompactNode);
 }
 
 DataServiceController::~DataServiceController() { Stop(); }
+
+kube::ResourceEventHandler DataServiceController::ConsumerSelectorHandler() {
+  // Remembers the consumer selector of every DataService that places workers locally, so that pod
+  // events are matched without parsing DataServices.
+  auto update = [this](const kube::ObjectPtr& ds) {
+    const std::string key = kube::ObjectKey(*ds);
+    absl::StatusOr<DataService> parsed = ParseDataService(kube::UnpackObject(*ds));
+    absl::MutexLock lock(&mu_);
+    if (parsed.ok() && parsed->spec.placement.policy != PlacementPolicy::kRemoteOnly &&
+        parsed->spec.placement.consumer_selector.has_value()) {
+      consumer_selectors_[key] = ConsumerSelector{kube::NamespaceOf(*ds), *parsed->spec.placement.consumer_selector};
+    } else {
+      consumer_selectors_.erase(key);
+    }
+  };
+  kube::ResourceEventHandler handler;
+  handler.on_add = update;
+  handler.on_update = [update](const kube::ObjectPtr&, const kube::ObjectPtr& ds) { update(ds); };
+  handler.on_delete = [this](const kube::ObjectPtr& ds) {
+    absl::MutexLock lock(&mu_);
+    consumer_selectors_.erase(kube::ObjectKey(*ds));
+  };
+  return handler;
+}
 
 kube::ResourceEventHandler DataServiceController::ConsumerPodHandler() {
   // A consumer pod appearing, moving or going changes local capacity: requeue every DataService of
   // its namespace whose consumer selector matches it.
   auto enqueue = [this](const kube::ObjectPtr& pod) {
-    absl::StatusOr<ObservedPod> p = ObservedPodFromJson(*pod);
-    if (!p.ok()) return;
-    for (const kube::ObjectPtr& ds : dataservices_.ByIndex(kIndexNamespace, kube::NamespaceOf(*pod))) {
-      absl::StatusOr<DataService> parsed = ParseDataService(*ds);
-      if (!parsed.ok() || !parsed->spec.placement.consumer_selector.has_value()) continue;
-      if (parsed->spec.placement.policy == PlacementPolicy::kRemoteOnly) continue;
-      if (SelectorMatches(*parsed->spec.placement.consumer_selector, p->labels)) queue_.Add(kube::ObjectKey(*ds));
+    std::vector<std::string> keys;
+    {
+      absl::MutexLock lock(&mu_);
+      if (consumer_selectors_.empty()) return;
+      const std::string ns = kube::NamespaceOf(*pod);
+      std::optional<absl::StatusOr<ObservedPod>> p;  // parsed on the first DataService of its namespace
+      for (const auto& [key, consumer] : consumer_selectors_) {
+        if (consumer.ns != ns) continue;
+        if (!p.has_value()) p = ObservedPodFromJson(kube::UnpackObject(*pod));
+        if (!p->ok()) return;
+        if (SelectorMatches(consumer.selector, (*p)->labels)) keys.push_back(key);
+      }
     }
+    for (const std::string& key : keys) queue_.Add(key);
   };
   kube::ResourceEventHandler handler;
   handler.on_add = enqueue;
@@ -88,6 +139,29 @@ kube::ResourceEventHandler DataServiceController::ConsumerPodHandler() {
     enqueue(new_pod);
   };
   handler.on_delete = enqueue;
+  return handler;
+}
+
+kube::ResourceEventHandler DataServiceController::CpuLedgerHandler() {
+  auto parse = [](const kube::ObjectPtr& pod) -> std::optional<ObservedPod> {
+    if (pod == nullptr) return std::nullopt;
+    absl::StatusOr<ObservedPod> p = ObservedPodFromJson(kube::UnpackObject(*pod));
+    if (!p.ok()) return std::nullopt;
+    return *std::move(p);
+  };
+  kube::ResourceEventHandler handler;
+  handler.on_add = [this, parse](const kube::ObjectPtr& pod) {
+    std::optional<ObservedPod> p = parse(pod);
+    cpu_ledger_.Update(nullptr, p ? &*p : nullptr);
+  };
+  handler.on_update = [this, parse](const kube::ObjectPtr& before, const kube::ObjectPtr& after) {
+    std::optional<ObservedPod> b = parse(before), a = parse(after);
+    cpu_ledger_.Update(b ? &*b : nullptr, a ? &*a : nullptr);
+  };
+  handler.on_delete = [this, parse](const kube::ObjectPtr& pod) {
+    std::optional<ObservedPod> p = parse(pod);
+    cpu_ledger_.Update(p ? &*p : nullptr, nullptr);
+  };
   return handler;
 }
 
@@ -144,7 +218,7 @@ ReconcileInput DataServiceController::BuildInput(const json& dataservice) const 
   const std::string ns = kube::NamespaceOf(dataservice);
   auto parse_pods = [&](const std::vector<kube::ObjectPtr>& objects, std::vector<ObservedPod>* out) {
     for (const kube::ObjectPtr& o : objects) {
-      absl::StatusOr<ObservedPod> p = ObservedPodFromJson(*o);
+      absl::StatusOr<ObservedPod> p = ObservedPodFromJson(kube::UnpackObject(*o));
       if (p.ok()) {
         out->push_back(*std::move(p));
       } else {
@@ -153,18 +227,19 @@ ReconcileInput DataServiceController::BuildInput(const json& dataservice) const 
     }
   };
   parse_pods(pods_.ByIndex(kIndexControllerUid, uid), &in.owned_pods);
-  parse_pods(pods_.ByIndex(kIndexNamespace, ns), &in.consumer_pods);
-  std::vector<ObservedPod> all;
-  parse_pods(pods_.List(), &all);
-  in.cpu_requested_by_node = SumCpuRequestsByNode(all);
+  // Consumer pods, nodes and CPU sums only matter to local placement.
+  if (!IsRemoteOnly(dataservice)) {
+    parse_pods(pods_.ByIndex(kIndexNamespace, ns), &in.consumer_pods);
+    in.cpu_requested_by_node = cpu_ledger_.Snapshot();
+    for (const kube::ObjectPtr& o : nodes_.List()) {
+      if (auto n = ObservedNodeFromJson(*o); n.ok()) in.nodes.push_back(*std::move(n));
+    }
+  }
   for (const kube::ObjectPtr& o : services_.ByIndex(kIndexControllerUid, uid)) {
-    if (auto s = ObservedServiceFromJson(*o); s.ok()) in.owned_services.push_back(*std::move(s));
+    if (auto s = ObservedServiceFromJson(kube::UnpackObject(*o)); s.ok()) in.owned_services.push_back(*std::move(s));
   }
   for (const kube::ObjectPtr& o : claims_.ByIndex(kIndexControllerUid, uid)) {
-    if (auto c = ObservedClaimFromJson(*o); c.ok()) in.owned_claims.push_back(*std::move(c));
-  }
-  for (const kube::ObjectPtr& o : nodes_.List()) {
-    if (auto n = ObservedNodeFromJson(*o); n.ok()) in.nodes.push_back(*std::move(n));
+    if (auto c = ObservedClaimFromJson(kube::UnpackObject(*o)); c.ok()) in.owned_claims.push_back(*std::move(c));
   }
   in.now = options_.clock->Now();
   in.options = options_.reconcile;
@@ -184,9 +259,11 @@ absl::StatusOr<kube::ReconcileResult> DataServiceController::ReconcileOnce(const
     absl::MutexLock lock(&mu_);
     expectations_.Forget(key);
     drains_.erase(key);
+    status_written_.erase(key);
     return kube::ReconcileResult{};
   }
-  ReconcileInput input = BuildInput(*dataservice);
+  const json object = kube::UnpackObject(*dataservice);
+  ReconcileInput input = BuildInput(object);
   {
     absl::MutexLock lock(&mu_);
     input.expectations = expectations_.Pending(key);
@@ -202,12 +279,14 @@ absl::StatusOr<kube::ReconcileResult> DataServiceController::ReconcileOnce(const
     absl::MutexLock lock(&mu_);
     RecordExpectations(key, *result, input.now, &expectations_);
   }
-  absl::Status executed = Execute(key, *dataservice, *result);
+  std::optional<absl::Duration> status_due;
+  absl::Status executed = Execute(key, object, *result, &status_due);
   if (!executed.ok()) return executed;
   kube::ReconcileResult out;
-  if (result->requeue_after.has_value()) {
-    out.requeue_after = *result->requeue_after;
-  } else if (absl::StatusOr<DataService> parsed = ParseDataService(*dataservice);
+  if (result->requeue_after.has_value() || status_due.has_value()) {
+    out.requeue_after = std::min(result->requeue_after.value_or(absl::InfiniteDuration()),
+                                 status_due.value_or(absl::InfiniteDuration()));
+  } else if (absl::StatusOr<DataService> parsed = ParseDataService(object);
              parsed.ok() && parsed->spec.placement.policy != PlacementPolicy::kRemoteOnly &&
              !parsed->metadata.deletion_timestamp.has_value()) {
     out.requeue_after = options_.resync_period;
@@ -251,7 +330,7 @@ void DataServiceController::RunDrainRound(const std::string& key, const DrainWor
 }
 
 absl::Status DataServiceController::Execute(const std::string& key, const json& dataservice,
-                                            const ReconcileResult& result) {
+                                            const ReconcileResult& result, std::optional<absl::Duration>* status_due) {
   const std::string ns = kube::NamespaceOf(dataservice);
   const std::string name = kube::NameOf(dataservice);
   absl::Status first_error;
@@ -260,6 +339,21 @@ absl::Status DataServiceController::Execute(const std::string& key, const json& 
     Warn(what, key, s);
     if (first_error.ok()) first_error = s;
   };
+  // Events announcing successful object actions are merged per (type, reason, action): one Event
+  // for "deleted 3 worker pods" rather than three.
+  std::vector<EmitEvent> announced;
+  auto announce = [&](const EmitEvent& e) {
+    if (e.reason.empty()) return;  // announced by another event of the pass (ScalingUp)
+    for (EmitEvent& a : announced) {
+      if (a.type == e.type && a.reason == e.reason && a.action == e.action) {
+        absl::StrAppend(&a.note, "; ", e.note);
+        return;
+      }
+    }
+    announced.push_back(e);
+  };
+  bool objects_changed = false;  // a create or delete went through: its watch event brings a new pass
+  const UpdateStatus* status_update = nullptr;
   kube::WriteOptions write;
   write.field_manager = options_.field_manager;
 
@@ -268,7 +362,8 @@ absl::Status DataServiceController::Execute(const std::string& key, const json& 
       absl::StatusOr<json> created = client_->Create(RefForKind(c->kind), ns, c->manifest, write);
       if (created.ok()) {
         SLUICE_LOG(Info, "created").With("dataservice", key).With("kind", c->kind).With("name", c->name);
-        Emit(dataservice, c->event);
+        objects_changed = true;
+        announce(c->event);
       } else if (!absl::IsAlreadyExists(created.status())) {  // exists: the cache will show it
         {
           absl::MutexLock lock(&mu_);
@@ -282,7 +377,7 @@ absl::Status DataServiceController::Execute(const std::string& key, const json& 
       absl::StatusOr<json> applied =
           kube::ServerSideApply(*client_, RefForKind(a->kind), ns, a->manifest, options_.field_manager, /*force=*/true);
       if (applied.ok()) {
-        Emit(dataservice, a->event);
+        announce(a->event);
       } else {
         fail(applied.status(), absl::StrCat("apply ", a->kind, " ", a->name), "apply");
       }
@@ -293,7 +388,8 @@ absl::Status DataServiceController::Execute(const std::string& key, const json& 
       if (deleted.ok()) {
         SLUICE_LOG(Info, "deleted").With("dataservice", key).With("kind", d->kind).With("name", d->name)
             .With("reason", d->reason);
-        Emit(dataservice, d->event);
+        objects_changed = true;
+        announce(d->event);
       } else if (absl::IsNotFound(deleted.status())) {
         absl::MutexLock lock(&mu_);
         expectations_.DeletionObserved(key, ObjectKey(d->kind, d->name));
@@ -307,8 +403,7 @@ absl::Status DataServiceController::Execute(const std::string& key, const json& 
         fail(deleted.status(), absl::StrCat("delete ", d->kind, " ", d->name), "delete");
       }
     } else if (const auto* s = std::get_if<UpdateStatus>(&action)) {
-      absl::StatusOr<json> patched = kube::PatchStatus(*client_, DataServices(), ns, name, s->status);
-      if (!patched.ok()) fail(patched.status(), "status update", "status");
+      status_update = s;  // written last, once we know what else this pass changed
     } else if (const auto* e = std::get_if<EmitEvent>(&action)) {
       Emit(dataservice, *e);
     } else if (const auto* af = std::get_if<AddFinalizer>(&action)) {
@@ -320,6 +415,35 @@ absl::Status DataServiceController::Execute(const std::string& key, const json& 
       if (!r.ok() && !absl::IsNotFound(r.status())) fail(r.status(), "remove finalizer", "finalizer");
     } else if (const auto* drain = std::get_if<DrainWorkers>(&action)) {
       RunDrainRound(key, *drain);
+    }
+  }
+  for (const EmitEvent& e : announced) Emit(dataservice, e);
+
+  if (status_update != nullptr) {
+    // Status coalescing. The status was computed from the caches before this pass's creates and
+    // deletes: when any went through, their watch events bring a new pass that writes a current
+    // status, so this one is skipped. A change of counts or messages only waits until the
+    // coalescing window since the last write has passed (the key is requeued for then).
+    const absl::Time now = options_.clock->Now();
+    bool write_now = true;
+    if (objects_changed && first_error.ok()) {
+      write_now = false;
+    } else if (!status_update->significant && options_.status_coalesce_window > absl::ZeroDuration()) {
+      absl::MutexLock lock(&mu_);
+      auto last = status_written_.find(key);
+      if (last != status_written_.end() && now < last->second + options_.status_coalesce_window) {
+        write_now = false;
+        *status_due = last->second + options_.status_coalesce_window - now;
+      }
+    }
+    if (write_now) {
+      absl::StatusOr<json> patched = kube::PatchStatus(*client_, DataServices(), ns, name, status_update->status);
+      if (patched.ok()) {
+        absl::MutexLock lock(&mu_);
+        status_written_[key] = now;
+      } else {
+        fail(patched.status(), "status update", "status");
+      }
     }
   }
   return first_error;

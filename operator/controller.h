@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,7 @@
 #include "kube/store.h"
 #include "kube/workqueue.h"
 #include "nlohmann/json.hpp"
+#include "operator/compact_objects.h"
 #include "operator/dispatcher_drainer.h"
 #include "operator/expectations.h"
 #include "operator/operator_metrics.h"
@@ -65,6 +67,9 @@ struct OperatorOptions {
   // Reconcile counts and latency, queue depth, watch restarts, API errors (optional; must outlive
   // the controller).
   OperatorMetrics* metrics = nullptr;
+  // Status changes of counts and messages only (see UpdateStatus::significant) are written at most
+  // once per window per DataService; zero writes every change at once.
+  absl::Duration status_coalesce_window = absl::Seconds(2);
   // Drains workers of deleted DataServices through their dispatcher (optional, see above; must
   // outlive the controller; called from reconcile threads, so it must be thread-safe).
   WorkerDrainer* drainer = nullptr;
@@ -90,12 +95,16 @@ class DataServiceController {
  private:
   absl::StatusOr<kube::ReconcileResult> ReconcileOnce(const std::string& key);
   ReconcileInput BuildInput(const nlohmann::json& dataservice) const;
-  absl::Status Execute(const std::string& key, const nlohmann::json& dataservice, const ReconcileResult& result);
+  // Runs the actions; sets `status_due` when a status write was deferred (coalesced) until then.
+  absl::Status Execute(const std::string& key, const nlohmann::json& dataservice, const ReconcileResult& result,
+                       std::optional<absl::Duration>* status_due);
   void Emit(const nlohmann::json& dataservice, const EmitEvent& event);
   void RunDrainRound(const std::string& key, const DrainWorkers& drain);
   // A problem worth a warning: `what` happened to DataService `key` (or "" when none).
   void Warn(absl::string_view what, absl::string_view key, const absl::Status& status) const;
+  kube::ResourceEventHandler ConsumerSelectorHandler();
   kube::ResourceEventHandler ConsumerPodHandler();
+  kube::ResourceEventHandler CpuLedgerHandler();
 
   kube::Client* const client_;
   const OperatorOptions options_;
@@ -111,9 +120,19 @@ class DataServiceController {
   std::vector<std::string> reflector_names_;  // resource plural of each reflector, for metrics
   std::unique_ptr<kube::Controller> controller_;
 
+  NodeCpuLedger cpu_ledger_;  // CPU requested per node, kept from pod events
+
+  struct ConsumerSelector {
+    std::string ns;
+    LabelSelector selector;
+  };
   mutable absl::Mutex mu_;
   Expectations expectations_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, DrainProgress> drains_ ABSL_GUARDED_BY(mu_);
+  // DataServices placing workers locally, by key: their consumer selectors.
+  std::map<std::string, ConsumerSelector> consumer_selectors_ ABSL_GUARDED_BY(mu_);
+  // When each DataService's status was last written (for coalescing).
+  std::map<std::string, absl::Time> status_written_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace sluice::op

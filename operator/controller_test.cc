@@ -235,7 +235,7 @@ TEST_CASE("the controller runs a Hybrid DataService against an API server", "[co
     REQUIRE(events.ok());
     std::set<std::string> reasons;
     for (const json& e : (*events)["items"]) reasons.insert(e.value("reason", ""));
-    CHECK(reasons.count("CreatedWorker") == 1);
+    CHECK(reasons.count("ScalingUp") == 1);  // names the workers it creates
     CHECK(reasons.count("CreatedDispatcher") == 1);
     CHECK(reasons.count("ScalingDown") == 1);
     CHECK(reasons.count("DeletedWorker") == 1);

@@ -23,6 +23,9 @@ void AddOperatorFlags(CLI::App& app, OperatorFlags& f) {
   app.add_option("--expectations-timeout-seconds", f.expectations_timeout_seconds,
                  "give up waiting to observe own creates/deletes after this long")
       ->check(CLI::PositiveNumber);
+  app.add_option("--status-coalesce-seconds", f.status_coalesce_seconds,
+                 "write status changes of counts and messages at most this often per DataService (0: at once)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--drain-timeout-seconds", f.drain_timeout_seconds,
                  "release a deleted DataService whose workers have not drained after this long")
       ->check(CLI::PositiveNumber);

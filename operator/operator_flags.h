@@ -25,6 +25,7 @@ struct OperatorFlags {
   double resync_seconds = 30;
   double sync_timeout_seconds = 60;
   double expectations_timeout_seconds = 300;
+  double status_coalesce_seconds = 2;  // count-only status changes: at most one write per window
   // Deletion: draining workers through the dispatcher.
   double drain_timeout_seconds = 600;
   double drain_poll_seconds = 5;

@@ -32,7 +32,7 @@ TEST_CASE("operator flags: defaults are valid and aliases reach the same fields"
   OperatorFlags f;
   REQUIRE(Parse({"--watch-namespace=ml", "--workers=4", "--leader-elect", "--lease-namespace=ops",
                  "--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=off", "--kube-qps=0",
-                 "--log-level=debug", "--drain-poll-seconds=0.5"},
+                 "--log-level=debug", "--drain-poll-seconds=0.5", "--status-coalesce-seconds=0"},
                 &f) == "");
   CHECK(f.watch_namespace == "ml");
   CHECK(f.concurrency == 4);
@@ -42,6 +42,7 @@ TEST_CASE("operator flags: defaults are valid and aliases reach the same fields"
   CHECK(f.health_address == "off");
   CHECK(f.kube_qps == 0);
   CHECK(f.drain_poll_seconds == 0.5);
+  CHECK(f.status_coalesce_seconds == 0);
   CHECK(ValidateOperatorFlags(f).ok());
 
   OperatorFlags g;
@@ -54,7 +55,8 @@ TEST_CASE("operator flags: defaults are valid and aliases reach the same fields"
 TEST_CASE("operator flags: CLI11 rejects out-of-range numbers") {
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"--concurrency=0"}, {"--concurrency=65"}, {"--kube-qps=-1"}, {"--drain-timeout-seconds=0"},
-           {"--lease-duration-seconds=-3"}, {"--resync-seconds=abc"}, {"--no-such-flag"}}) {
+           {"--lease-duration-seconds=-3"}, {"--resync-seconds=abc"}, {"--status-coalesce-seconds=-1"},
+           {"--no-such-flag"}}) {
     OperatorFlags f;
     INFO(args[0]);
     CHECK(Parse(args, &f) != "");

@@ -243,6 +243,8 @@ class Planner {
 
 ReconcileResult Planner::Run() {
   const std::string dispatcher_name = DispatcherPodName(ds_);
+  const std::string local_hash = WorkerTemplateHash(ds_, Pool::kLocal);
+  const std::string remote_hash = WorkerTemplateHash(ds_, Pool::kRemote);
   for (const ObservedPod* p : pods_) {
     taken_names_.insert(p->name);
     if (p->name == dispatcher_name) {
@@ -266,7 +268,7 @@ ReconcileResult Planner::Run() {
                                               : "";
     }
     auto hash = p->labels.find(kLabelTemplateHash);
-    w.up_to_date = hash != p->labels.end() && hash->second == WorkerTemplateHash(ds_, w.pool);
+    w.up_to_date = hash != p->labels.end() && hash->second == (w.pool == Pool::kLocal ? local_hash : remote_hash);
     if (p->terminating) continue;
     (p->Finished() ? finished_ : workers_).push_back(w);
   }
@@ -299,7 +301,9 @@ ReconcileResult Planner::Run() {
       !ConditionIs(ds_.status, kConditionScalingLimited, "True", result_.plan.limited_reason)) {
     result_.actions.push_back(Event("Warning", "ScalingLimited", "Scale", result_.plan.limited_message));
   }
-  if (!(status == ds_.status)) result_.actions.push_back(UpdateStatus{StatusToJson(status)});
+  if (!(status == ds_.status)) {
+    result_.actions.push_back(UpdateStatus{StatusToJson(status), IsSignificantStatusChange(ds_.status, status)});
+  }
   return std::move(result_);
 }
 
@@ -530,13 +534,23 @@ void Planner::PlanWorkers() {
                                            absl::StrCat("created remote worker pod ", name))});
     }
   }
-  // The scale event precedes the pod actions it explains.
+  // The scale event precedes the pod actions it explains. When it announces a scale-up it names the
+  // pods created, and those creates carry no event of their own (one event instead of one per pod).
   const int64_t after_total = plan.desired_local + plan.desired_remote;
   if (after_total != before_total) {
-    result_.actions.push_back(Event("Normal", after_total > before_total ? "ScalingUp" : "ScalingDown", "Scale",
-                                    absl::StrCat("workers ", before_total, " -> ", after_total, " (local ",
-                                                 before_local, " -> ", plan.desired_local, ", remote ",
-                                                 before_total - before_local, " -> ", plan.desired_remote, ")")));
+    std::string note = absl::StrCat("workers ", before_total, " -> ", after_total, " (local ", before_local, " -> ",
+                                    plan.desired_local, ", remote ", before_total - before_local, " -> ",
+                                    plan.desired_remote, ")");
+    if (after_total > before_total && !creates.empty()) {
+      std::vector<std::string> names;
+      for (Action& a : creates) {
+        auto& c = std::get<CreateObject>(a);
+        names.push_back(c.name);
+        c.event = EmitEvent{};
+      }
+      absl::StrAppend(&note, "; creating ", absl::StrJoin(names, ", "));
+    }
+    result_.actions.push_back(Event("Normal", after_total > before_total ? "ScalingUp" : "ScalingDown", "Scale", note));
   }
   for (Action& a : creates) object_actions_.push_back(std::move(a));
 }
@@ -615,6 +629,18 @@ DataServiceStatus Planner::BuildStatus() const {
 }
 
 }  // namespace
+
+bool IsSignificantStatusChange(const DataServiceStatus& before, const DataServiceStatus& after) {
+  if (before.observed_generation != after.observed_generation || before.dispatcher_address != after.dispatcher_address ||
+      before.selector != after.selector || before.conditions.size() != after.conditions.size()) {
+    return true;
+  }
+  for (const Condition& c : after.conditions) {
+    const Condition* old = before.FindCondition(c.type);
+    if (old == nullptr || old->status != c.status || old->reason != c.reason) return true;
+  }
+  return false;
+}
 
 void SetCondition(std::vector<Condition>* conditions, Condition condition, absl::Time now) {
   for (Condition& existing : *conditions) {

@@ -67,8 +67,12 @@ struct DeleteObject {
 
 // Write the operator-owned status fields through the status subresource (a merge patch of
 // {"status": status}; status.autoscaler is never included, the autoscaler owns it).
+// `significant`: a condition's status or reason, observedGeneration, the dispatcher address or the
+// selector changed. Changes of counts and messages alone are not significant: the controller may
+// coalesce them (write them a little later, together with whatever changes next).
 struct UpdateStatus {
   nlohmann::json status;
+  bool significant = true;
 };
 
 struct AddFinalizer {
@@ -164,6 +168,9 @@ absl::StatusOr<ReconcileResult> Reconcile(const ReconcileInput& input);
 // (clearing satisfied or expired ones first). Call before executing the actions.
 void RecordExpectations(const std::string& ds_key, const ReconcileResult& result, absl::Time now,
                         Expectations* expectations);
+
+// Whether going from `before` to `after` is a significant status change (see UpdateStatus).
+bool IsSignificantStatusChange(const DataServiceStatus& before, const DataServiceStatus& after);
 
 // Condition types and the helper that keeps lastTransitionTime when a status does not change.
 inline constexpr char kConditionReady[] = "Ready";

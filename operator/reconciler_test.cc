@@ -376,17 +376,21 @@ TEST_CASE("a new DataService gets its dispatcher, service and remote workers", "
           WorkerTemplateHash(Parsed(c.ds()), Pool::kRemote));
     CHECK_FALSE(pod["spec"].contains("affinity"));
   }
-  SECTION("an event for every create and for the scale") {
+  SECTION("an event for the dispatcher, the service and the scale, which names the workers") {
     for (const CreateObject& o : All<CreateObject>(r)) {
       INFO(o.name);
+      if (o.kind == "Pod" && o.name != "ds-dispatcher") {
+        CHECK(o.event.reason.empty());  // announced by ScalingUp
+        continue;
+      }
       CHECK(o.event.type == "Normal");
       CHECK(o.event.action == "Create");
       CHECK(o.event.note.find(o.name) != std::string::npos);
     }
-    CHECK(FindCreate(r, "ds-worker-remote-1")->event.reason == "CreatedWorker");
     const EmitEvent* scale = FindEvent(r, "ScalingUp");
     REQUIRE(scale != nullptr);
-    CHECK(scale->note == "workers 0 -> 2 (local 0 -> 0, remote 0 -> 2)");
+    CHECK(scale->note ==
+          "workers 0 -> 2 (local 0 -> 0, remote 0 -> 2); creating ds-worker-remote-0, ds-worker-remote-1");
   }
   SECTION("status reports address, selector, counts and not-ready conditions") {
     std::optional<json> st = StatusUpdate(r);
@@ -581,7 +585,9 @@ TEST_CASE("Hybrid fills local capacity first, then remote", "[reconciler][placem
     CHECK(pod["spec"]["nodeSelector"] == json({{"pool", "cpu"}}));
     CHECK(pod["spec"]["tolerations"][0]["key"] == "spot");
     CHECK_FALSE(pod["spec"].contains("affinity"));
-    CHECK(FindEvent(r2, "ScalingUp")->note == "workers 5 -> 8 (local 5 -> 5, remote 0 -> 3)");
+    CHECK(FindEvent(r2, "ScalingUp")->note ==
+          "workers 5 -> 8 (local 5 -> 5, remote 0 -> 3); creating ds-worker-remote-0, ds-worker-remote-1, "
+          "ds-worker-remote-2");
   }
   SECTION("a converged service stays put: its own workers do not eat its capacity") {
     c.SetAllReady();
@@ -978,6 +984,9 @@ TEST_CASE("failed pods are replaced and reported as Degraded", "[reconciler][sta
   CHECK(Deleted(r) == std::vector<std::string>{"ds-worker-remote-0"});
   CHECK(All<DeleteObject>(r)[0].reason == "the pod ended (phase Failed)");
   CHECK(Created(r) == std::vector<std::string>{"ds-worker-remote-2"});  // remote-0 still exists (terminating)
+  // A replacement is not a scale-up: it has its own event.
+  CHECK(FindEvent(r, "ScalingUp") == nullptr);
+  CHECK(FindCreate(r, "ds-worker-remote-2")->event.reason == "CreatedWorker");
   json degraded = ConditionOf(c.ds()["status"], "Degraded");
   CHECK(degraded["status"] == "True");
   CHECK(degraded["reason"] == "PodFailed");
@@ -1281,6 +1290,48 @@ TEST_CASE("selectors and tolerations follow Kubernetes semantics", "[observed]")
   CHECK(Tolerates({"", "Exists", "", "", std::nullopt}, gpu));
   CHECK(FirstUntoleratedTaint({}, {{"a", "", "PreferNoSchedule"}}) == std::nullopt);
   CHECK(FirstUntoleratedTaint({}, {gpu}).has_value());
+}
+
+}  // namespace
+}  // namespace sluice::op
+
+namespace sluice::op {
+namespace {
+
+TEST_CASE("status changes: conditions, generation and identity are significant; counts are not", "[reconciler][status]") {
+  DataServiceStatus before;
+  before.observed_generation = 2;
+  before.selector = "s";
+  before.dispatcher_address = "a";
+  before.replicas = 3;
+  before.conditions = {Condition{"Ready", "False", "WorkersNotReady", "1/3 workers ready", "t", 2}};
+  DataServiceStatus after = before;
+  after.ready_replicas = 2;
+  after.conditions[0].message = "2/3 workers ready";
+  CHECK_FALSE(IsSignificantStatusChange(before, after));
+  after.conditions[0].reason = "Ready";
+  CHECK(IsSignificantStatusChange(before, after));
+  after = before;
+  after.conditions[0].status = "True";
+  CHECK(IsSignificantStatusChange(before, after));
+  after = before;
+  after.observed_generation = 3;
+  CHECK(IsSignificantStatusChange(before, after));
+  after = before;
+  after.conditions.push_back(Condition{"Degraded", "False", "AsExpected", "", "t", 2});
+  CHECK(IsSignificantStatusChange(before, after));
+  after = before;
+  after.selector = "other";
+  CHECK(IsSignificantStatusChange(before, after));
+
+  // What the reconciler emits: a converged service whose ready count drops is an insignificant change
+  // only while the conditions keep their reasons.
+  FakeCluster c(BaseDataService());
+  c.Converge();
+  c.SetReady("ds-worker-remote-0", false);
+  ReconcileResult r = c.Step();
+  REQUIRE(All<UpdateStatus>(r).size() == 1);
+  CHECK(All<UpdateStatus>(r)[0].significant);  // Ready True -> False
 }
 
 }  // namespace
