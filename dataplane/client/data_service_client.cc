@@ -388,8 +388,12 @@ std::shared_ptr<grpc::Channel> DataServiceClient::Impl::WorkerChannelLocked(cons
 bool DataServiceClient::Impl::AcquireSlotLocked(const bool* stop) {
   auto has_room = [this] {
     mu_.AssertHeld();
+    // Every reader may have one read in flight: a slot held by a reader whose task has nothing to
+    // send yet must not starve the others (under dynamic sharding, that task's end can depend on
+    // another task's elements being read).
+    const int64_t slots = std::max<int64_t>(opts_.max_outstanding_requests, static_cast<int64_t>(readers_.size()));
     return buffered_bytes_ < opts_.max_buffered_bytes &&
-           (opts_.max_outstanding_requests == 0 || outstanding_ < opts_.max_outstanding_requests);
+           (opts_.max_outstanding_requests == 0 || outstanding_ < slots);
   };
   auto can_go = [&] {
     mu_.AssertHeld();
@@ -532,11 +536,14 @@ void DataServiceClient::Impl::ApplyHeartbeatLocked(const service::ClientHeartbea
     // A reader between streams of a finished job can receive nothing more: every task of a
     // finished job has handed out its last element.
     const bool idle_after_finish = job_finished_ && r.context == nullptr;
-    if (!wanted.count(it->first) || (idle_after_finish && !r.done)) {
+    // A finished job lists no tasks, but a stream still open may carry its task's last elements
+    // (popped by the worker before the task reported finished): let it run to end_of_sequence.
+    const bool unlisted = !wanted.count(it->first) && !job_finished_;
+    if (unlisted || (idle_after_finish && !r.done)) {
       r.stop = true;
       if (r.context) r.context->TryCancel();
     }
-    if (!wanted.count(it->first)) {
+    if (unlisted) {
       retired->push_back(std::move(it->second));
       it = readers_.erase(it);
     } else {

@@ -53,7 +53,8 @@ struct DataServiceClientOptions {
   int max_message_bytes = rpc::kDefaultMaxMessageBytes;
   // Bounds on data held by the client. Readers stop reading while the decoded bytes buffered reach
   // max_buffered_bytes (overshoot: at most one response message per reader), and while
-  // max_outstanding_requests response messages are being read or buffered (0: no count bound).
+  // max_outstanding_requests response messages are being read or buffered (0: no count bound;
+  // never fewer than one per task reader, so an idle task cannot starve the others).
   int64_t max_buffered_bytes = int64_t{256} << 20;
   int max_outstanding_requests = 0;
   int max_elements_per_response = 0;                  // 0: the worker's default packing

@@ -206,6 +206,56 @@ TEST_CASE("client_backpressure: buffered bytes stay bounded while the trainer is
   }
 }
 
+TEST_CASE("client_backpressure: a task with nothing to send does not starve the others of read slots") {
+  // Task 1's worker has nothing yet; task 2's has elements. With one slot for two readers, the
+  // reader of task 1 could hold it while blocked in Read, and task 2 would never be read (under
+  // dynamic sharding task 1's end can wait for task 2's splits: a deadlock). Each reader always
+  // gets a slot of its own.
+  Harness h(2);
+  h.dispatcher.AddTask(MakeTask(1, h.worker_address(0)));
+  h.workers[0]->AddTask(1);
+  auto o = h.Options();
+  o.max_outstanding_requests = 1;
+  auto client = MustCreate(o);
+  // The reader of task 1 took the only slot and waits in Read; then task 2 appears.
+  REQUIRE(WaitUntil([&] { return h.workers[0]->active_streams() == 1; }));
+  REQUIRE(client->stats().outstanding_requests == 1);
+  for (int i = 0; i < 5; ++i) h.workers[1]->PushElement(2, Num(i));
+  h.workers[1]->PushEnd(2);
+  h.dispatcher.AddTask(MakeTask(2, h.worker_address(1)));
+  for (int i = 0; i < 5; ++i) {
+    auto next = client->GetNext(absl::Seconds(30));
+    REQUIRE(next.ok());
+    REQUIRE(next->has_value());
+    CHECK(V(**next) == i);
+  }
+  h.workers[0]->PushEnd(1);
+  h.FinishWhenEnded({{0, 1}, {1, 2}});
+  CHECK(Drain(*client).empty());
+  CHECK(client->stats().peak_outstanding_requests <= 2);
+}
+
+TEST_CASE("client_finish: a finished job's open streams still deliver their last elements") {
+  // The dispatcher lists no tasks once a job finished, but the elements its tasks handed out may
+  // still be on their way (here: held back by the client's full buffer). They must arrive.
+  Harness h(1);
+  h.dispatcher.AddTask(MakeTask(1, h.worker_address(0)));
+  constexpr int kCount = 40;
+  for (int i = 0; i < kCount; ++i) h.workers[0]->PushElement(1, Num(i, 64 << 10));
+  h.workers[0]->PushEnd(1);
+  auto o = h.Options();
+  o.compression = service::COMPRESSION_NONE;
+  o.max_buffered_bytes = 128 << 10;
+  auto client = MustCreate(o);
+  REQUIRE(WaitUntil([&] { return client->stats().backpressure_waits >= 1; }));
+  // Most elements are now in the stream (HTTP/2 buffers), not in the client's buffer.
+  h.dispatcher.RemoveTask(1);
+  h.dispatcher.SetJobFinished(true);
+  REQUIRE(WaitUntil([&] { return client->stats().job_finished; }));
+  std::vector<int64_t> got = Drain(*client);
+  CHECK(got.size() == kCount);
+}
+
 TEST_CASE("client_compression: the requested codec is used on the wire and decoded") {
   const std::pair<service::Compression, service::Compression> cases[] = {
       {service::COMPRESSION_LZ4, service::COMPRESSION_LZ4},

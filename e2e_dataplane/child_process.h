@@ -1,0 +1,101 @@
+// ChildProcess: runs a program as a child in its own process group with its stdout and stderr
+// captured line by line (kept in memory, bounded, and optionally appended to a log file), so the
+// data-service tests and `sluice up` can start real sluice-dispatcher / sluice-worker processes,
+// wait for their "listening" line, signal them and never leave one behind:
+//  - the child gets PR_SET_PDEATHSIG=SIGKILL, so it dies with the thread that started it;
+//  - the destructor SIGKILLs the child's whole process group and reaps the child.
+// Exit is observed through a pidfd (poll with a deadline; no sleeping loops).
+//
+// Threading: all methods are thread-safe. One reader thread per child drains the output pipe; it
+// is joined by the destructor. Start children from a long-lived thread (PDEATHSIG follows the
+// thread that forked).
+#ifndef SLUICE_E2E_DATAPLANE_CHILD_PROCESS_H_
+#define SLUICE_E2E_DATAPLANE_CHILD_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace sluice::local {
+
+struct ChildProcessOptions {
+  std::vector<std::string> argv;  // argv[0]: the program's path (no PATH search)
+  std::string working_dir;        // empty: the parent's
+  std::string log_file;           // non-empty: every output line is appended here too
+  std::string echo_prefix;        // non-empty: every output line is also written to stderr after this prefix
+  size_t max_lines = 20000;       // output lines kept in memory (the oldest are dropped)
+};
+
+class ChildProcess {
+ public:
+  static absl::StatusOr<std::unique_ptr<ChildProcess>> Start(ChildProcessOptions options);
+  // SIGKILLs the process group (if the child still runs), reaps the child, joins the reader.
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  const std::string& name() const { return name_; }
+
+  // The first kept output line containing `text`. DeadlineExceeded after `timeout`;
+  // FailedPrecondition when the output ended (the process exited) without such a line.
+  absl::StatusOr<std::string> WaitForLine(absl::string_view text, absl::Duration timeout);
+  // Number of kept output lines containing `text`.
+  int CountLines(absl::string_view text) const;
+  // The kept output, one line per line.
+  std::string Output() const;
+
+  // Sends `signal` to the child (not its group). No-op once it was reaped.
+  void Signal(int signal);
+  // SIGKILL to the whole process group, then reaps the child. Idempotent.
+  void KillGroup();
+  // Waits for the child to exit and reaps it; returns its wait status (see waitpid).
+  // DeadlineExceeded if it is still running after `timeout`.
+  absl::StatusOr<int> Wait(absl::Duration timeout);
+  // True once the child exited (reaps it if it did).
+  bool Exited();
+
+ private:
+  ChildProcess(std::string name, ChildProcessOptions options);
+  void ReadLoop(int fd);
+  void AddLine(std::string line) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reaps the child if it exited within `timeout` (zero: just checks).
+  bool ReapWithin(absl::Duration timeout);
+
+  const std::string name_;
+  const ChildProcessOptions options_;
+  pid_t pid_ = -1;
+  int pidfd_ = -1;
+
+  mutable absl::Mutex reap_mu_;  // serialises waitpid
+  bool reaped_ ABSL_GUARDED_BY(reap_mu_) = false;
+  int wait_status_ ABSL_GUARDED_BY(reap_mu_) = 0;
+
+  mutable absl::Mutex mu_;
+  std::deque<std::string> lines_ ABSL_GUARDED_BY(mu_);
+  bool output_ended_ ABSL_GUARDED_BY(mu_) = false;
+  int log_fd_ = -1;
+  std::thread reader_;
+};
+
+// The value of `key` in a logfmt line (key=value or key="quoted value"), if present.
+std::optional<std::string> LogfmtField(absl::string_view line, absl::string_view key);
+
+// Human-readable description of a waitpid status ("exit 0", "signal 9").
+std::string DescribeWaitStatus(int status);
+
+}  // namespace sluice::local
+
+#endif  // SLUICE_E2E_DATAPLANE_CHILD_PROCESS_H_

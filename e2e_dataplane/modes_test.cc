@@ -1,0 +1,269 @@
+// Real sluice-dispatcher and sluice-worker processes with the real C++ client: every sharding
+// policy, job sharing, cross-job sharing and coordinated reads, each checked element by element.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "e2e_dataplane/e2e_test_util.h"
+#include "testing/test_util.h"
+
+namespace sluice::e2e {
+namespace {
+
+using client::DataServiceClient;
+
+TEST_CASE("SHARDING_OFF: every worker runs the whole dataset (parallel epochs)") {
+  auto service = StartService(2, TestServiceOptions());
+  auto client = MakeClient(ClientOptions(service->dispatcher_address(), RangePipeline(600, 50), service::SHARDING_OFF));
+  const std::vector<int64_t> values = ReadAll(*client);
+  INFO(service->Logs());
+  CHECK(values.size() == 1200);
+  CHECK(CountProblems(Counts(values), 600, 2) == "");
+  CHECK(client->stats().job_finished);
+}
+
+TEST_CASE("SHARDING_DYNAMIC: each element exactly once per epoch, two epochs") {
+  auto service = StartService(2, TestServiceOptions());
+  auto options = ClientOptions(service->dispatcher_address(), RangePipeline(3000, 25), service::SHARDING_DYNAMIC);
+  options.num_epochs = 2;
+  auto client = MakeClient(options);
+  const std::vector<int64_t> values = ReadAll(*client);
+  INFO(service->Logs());
+  CHECK(values.size() == 6000);
+  CHECK(CountProblems(Counts(values), 3000, 2) == "");
+  CHECK(WorkerMetric(*service, 0, "sluice_worker_elements_produced_total") +
+            WorkerMetric(*service, 1, "sluice_worker_elements_produced_total") ==
+        6000);
+  // The dispatcher served every split of both epochs, each once.
+  auto state = service->GetState();
+  REQUIRE(state.ok());
+  REQUIRE(state->jobs_size() == 1);
+  CHECK(state->jobs(0).splits_served() == 2 * 120);
+  CHECK(state->jobs(0).finished());
+}
+
+TEST_CASE("SHARDING_FILE: worker i reads splits i, i+n, ... - every element exactly once") {
+  auto service = StartService(3, TestServiceOptions());
+  auto client = MakeClient(ClientOptions(service->dispatcher_address(), RangePipeline(1000, 64), service::SHARDING_FILE));
+  const std::vector<int64_t> values = ReadAll(*client);
+  INFO(service->Logs());
+  CHECK(values.size() == 1000);
+  CHECK(CountProblems(Counts(values), 1000, 1) == "");
+  // 16 splits over 3 workers: worker 0 reads splits 0, 3, ..., 15 (the last holds 40 values),
+  // workers 1 and 2 five full splits each.
+  std::multiset<double> produced;
+  for (int w = 0; w < 3; ++w) produced.insert(WorkerMetric(*service, w, "sluice_worker_elements_produced_total"));
+  CHECK(produced == std::multiset<double>{5 * 64, 5 * 64, 5 * 64 + 40});
+}
+
+TEST_CASE("SHARDING_DATA: worker i keeps positions i mod n - every element exactly once") {
+  auto service = StartService(2, TestServiceOptions());
+  auto client = MakeClient(ClientOptions(service->dispatcher_address(), RangePipeline(1001, 100), service::SHARDING_DATA));
+  const std::vector<int64_t> values = ReadAll(*client);
+  INFO(service->Logs());
+  CHECK(values.size() == 1001);
+  CHECK(CountProblems(Counts(values), 1001, 1) == "");
+  std::multiset<double> produced;
+  for (int w = 0; w < 2; ++w) produced.insert(WorkerMetric(*service, w, "sluice_worker_elements_produced_total"));
+  CHECK(produced == std::multiset<double>{500, 501});
+}
+
+TEST_CASE("Job sharing: two clients of one job name split one epoch without overlap") {
+  auto service = StartService(2, TestServiceOptions());
+  // 4 KiB elements: the first client's streams (flow-control windows of a few MiB) cannot swallow
+  // the whole epoch before the second client reads.
+  auto options =
+      ClientOptions(service->dispatcher_address(), PaddedRangePipeline(6000, 50, 512), service::SHARDING_DYNAMIC);
+  options.compression = service::COMPRESSION_NONE;
+  options.job_name = "shared-train";
+  options.max_buffered_bytes = 16 << 10;
+  options.max_outstanding_requests = 1;
+  options.max_elements_per_response = 1;
+  auto a = MakeClient(options);
+  auto b = MakeClient(options);
+  REQUIRE(a->job_id() == b->job_id());
+  REQUIRE(a->job_client_id() != b->job_client_id());
+  // Alternate the two consumers on one thread: each GetNext blocks until that client has an
+  // element, so both take part whatever the scheduling.
+  std::vector<int64_t> from_a, from_b;
+  bool a_done = false, b_done = false;
+  while (!a_done || !b_done) {
+    if (!a_done) {
+      auto e = Next(*a);
+      if (e) from_a.push_back(IntField(*e));
+      a_done = !e;
+    }
+    if (!b_done) {
+      auto e = Next(*b);
+      if (e) from_b.push_back(IntField(*e));
+      b_done = !e;
+    }
+  }
+  INFO(service->Logs());
+  CHECK(!from_a.empty());
+  CHECK(!from_b.empty());
+  std::vector<int64_t> all = from_a;
+  all.insert(all.end(), from_b.begin(), from_b.end());
+  CHECK(all.size() == 6000);
+  CHECK(CountProblems(Counts(all), 6000, 1) == "");
+  auto state = service->GetState();
+  REQUIRE(state.ok());
+  CHECK(state->jobs_size() == 1);
+}
+
+TEST_CASE("Cross-job sharing: two jobs see every element - each worker ran the pipeline once") {
+  // The sharing window holds the whole dataset, so the second job can join the run whenever its
+  // task arrives; the first job's client reads at most a few elements ahead (tiny buffers).
+  // Both jobs exist before the workers register, so each worker gets both tasks in one heartbeat
+  // answer and starts them together: the second joins the shared run before the first job's
+  // client can even connect (its buffer of 4 elements holds the first job back until then).
+  auto options = TestServiceOptions();
+  options.worker_flags = {"--sharing_window_elements=4096", "--buffer_elements=4"};
+  auto service = StartService(0, options);
+  const auto def = RangePipeline(1500, 100);
+  auto job_options = ClientOptions(service->dispatcher_address(), def, service::SHARDING_OFF);
+  job_options.cross_job_sharing = true;
+  job_options.max_outstanding_requests = 1;
+  job_options.max_elements_per_response = 1;
+  job_options.job_name = "model-a";
+  auto a = MakeClient(job_options);
+  job_options.job_name = "model-b";
+  auto b = MakeClient(job_options);
+  REQUIRE(a->job_id() != b->job_id());
+  for (int w = 0; w < 2; ++w) REQUIRE(service->AddWorker().ok());
+  std::vector<int64_t> from_a, from_b;
+  bool a_done = false, b_done = false;
+  while (!a_done || !b_done) {
+    if (!a_done) {
+      auto e = Next(*a);
+      if (e) from_a.push_back(IntField(*e));
+      a_done = !e;
+    }
+    if (!b_done) {
+      auto e = Next(*b);
+      if (e) from_b.push_back(IntField(*e));
+      b_done = !e;
+    }
+  }
+  INFO(service->Logs());
+  // SHARDING_OFF: each job gets every element from each of the 2 workers.
+  CHECK(CountProblems(Counts(from_a), 1500, 2) == "");
+  CHECK(CountProblems(Counts(from_b), 1500, 2) == "");
+  for (int w = 0; w < 2; ++w) {
+    INFO("worker " << w);
+    CHECK(WorkerMetric(*service, w, "sluice_worker_pipeline_runs_total") == 1);
+    CHECK(WorkerMetric(*service, w, "sluice_worker_elements_produced_total") == 1500);
+  }
+}
+
+// Coordinated reads. Every worker runs the same spec, whose jsonl source path is relative: each
+// worker runs in its own directory holding a file of its own, so an element names the worker that
+// produced it ({"w": worker index, "i": position in that worker's file}).
+void WriteWorkerData(const std::string& dir, int worker, int lines) {
+  std::filesystem::create_directories(dir);
+  std::ofstream out(dir + "/data.jsonl");
+  for (int i = 0; i < lines; ++i) out << "{\"w\": " << worker << ", \"i\": " << i << "}\n";
+}
+
+void RunCoordinatedReads(int num_consumers) {
+  sluice::testing::TempDir tmp;
+  const int kRoundsPerWorker = 12;
+  auto options = TestServiceOptions();
+  // Data is always ready here; a long round timeout keeps a loaded machine from skipping rounds.
+  options.worker_flags = {"--round_timeout_ms=20000"};
+  // The dispatcher lists the splits when the dataset is registered, so it sees a file at that
+  // path too (in its own working directory).
+  options.dispatcher_working_dir = tmp.File("dispatcher");
+  WriteWorkerData(options.dispatcher_working_dir, 0, kRoundsPerWorker * num_consumers);
+  auto service = std::make_unique<local::LocalDataService>(options);
+  REQUIRE(service->StartDispatcher().ok());
+  for (int w = 0; w < 2; ++w) {
+    const std::string dir = tmp.File(absl::StrCat("worker", w));
+    WriteWorkerData(dir, w, kRoundsPerWorker * num_consumers);
+    auto added = service->AddWorker({}, dir);
+    INFO(added.status().ToString());
+    REQUIRE(added.ok());
+  }
+  REQUIRE(service->WaitForWorkers(2, absl::Seconds(30)).ok());
+  const auto def = Pipeline("source: {jsonl: {files: data.jsonl}}\n");
+
+  std::vector<std::unique_ptr<DataServiceClient>> consumers;
+  for (int c = 0; c < num_consumers; ++c) {
+    auto o = ClientOptions(service->dispatcher_address(), def, service::SHARDING_OFF);
+    o.job_name = "coordinated";
+    o.num_consumers = num_consumers;
+    o.consumer_index = c;
+    consumers.push_back(MakeClient(o));
+  }
+  // Each consumer reads on its own thread, as trainers would.
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> got(static_cast<size_t>(num_consumers));
+  std::vector<std::string> errors(static_cast<size_t>(num_consumers));
+  std::vector<std::thread> threads;
+  for (int c = 0; c < num_consumers; ++c) {
+    threads.emplace_back([&, c] {
+      while (true) {
+        auto next = consumers[static_cast<size_t>(c)]->GetNext(absl::Seconds(60));
+        if (!next.ok()) {
+          errors[static_cast<size_t>(c)] = next.status().ToString();
+          return;
+        }
+        if (!next->has_value()) return;
+        const pipeline::Element& e = **next;
+        auto w = e.Get("w"), i = e.Get("i");
+        if (!w.ok() || !i.ok()) {
+          errors[static_cast<size_t>(c)] = "element without w or i";
+          return;
+        }
+        got[static_cast<size_t>(c)].emplace_back(*(*w)->AsInt64(), *(*i)->AsInt64());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  INFO(service->Logs());
+  for (int c = 0; c < num_consumers; ++c) {
+    INFO("consumer " << c);
+    CHECK(errors[static_cast<size_t>(c)] == "");
+  }
+  // Which worker serves round r: the task at position r mod 2 among the job's tasks by task_id.
+  auto state = service->GetState();
+  REQUIRE(state.ok());
+  std::map<int64_t, std::string> task_worker;
+  for (const auto& w : state->workers()) {
+    for (int64_t t : w.task_ids()) task_worker[t] = w.address();
+  }
+  REQUIRE(task_worker.size() == 2);
+  std::vector<int> serving;  // worker index serving rounds 0, 1 (then alternating)
+  for (const auto& [task, address] : task_worker) {
+    serving.push_back(address == service->worker(0).address ? 0 : 1);
+  }
+  REQUIRE(serving[0] != serving[1]);
+
+  // Every consumer got the same number of rounds, and in round r all consumers' elements came from
+  // the same worker and the same round of that worker: consumer c holds that round's c-th element.
+  const size_t rounds = got[0].size();
+  CHECK(rounds >= static_cast<size_t>(2 * kRoundsPerWorker - 1));  // the first worker to run out ends the job
+  for (int c = 0; c < num_consumers; ++c) CHECK(got[static_cast<size_t>(c)].size() == rounds);
+  for (size_t r = 0; r < rounds; ++r) {
+    const int64_t worker = serving[r % 2];
+    const int64_t worker_round = static_cast<int64_t>(r / 2);
+    for (int c = 0; c < num_consumers; ++c) {
+      if (r >= got[static_cast<size_t>(c)].size()) continue;
+      INFO("round " << r << " consumer " << c);
+      CHECK(got[static_cast<size_t>(c)][r].first == worker);
+      CHECK(got[static_cast<size_t>(c)][r].second == worker_round * num_consumers + c);
+    }
+  }
+  for (const auto& consumer : consumers) CHECK(consumer->stats().rounds_skipped == 0);
+}
+
+TEST_CASE("Coordinated reads: each round comes from one worker, for 2 and 4 consumers") {
+  SECTION("2 consumers") { RunCoordinatedReads(2); }
+  SECTION("4 consumers") { RunCoordinatedReads(4); }
+}
+
+}  // namespace
+}  // namespace sluice::e2e

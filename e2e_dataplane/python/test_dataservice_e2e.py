@@ -1,0 +1,134 @@
+"""The Python client against real sluice-dispatcher and sluice-worker processes."""
+
+import collections
+
+import numpy as np
+import pytest
+
+import sluice
+from conftest import FAST, poll_until
+
+
+def range_spec(n, split_size):
+    return f"source:\n  range: {{stop: {n}, split_size: {split_size}}}\n"
+
+
+def test_distributed_epoch_reads_each_element_exactly_once(dataservice):
+    ds = sluice.Dataset(dataservice.address, pipeline=range_spec(2000, 50), processing_mode="distributed_epoch", **FAST)
+    got = [int(e["value"]) for e in ds]
+    assert sorted(got) == list(range(2000)), dataservice.logs()
+    stats = ds.stats()
+    assert stats["elements"] == 2000
+    assert stats["job_finished"]
+    produced = sum(dataservice.metric(w, "sluice_worker_elements_produced_total") for w in dataservice.workers)
+    assert produced == 2000
+    ds.close()
+
+
+def test_parallel_epochs_read_the_dataset_once_per_worker(dataservice):
+    ds = sluice.Dataset(dataservice.address, pipeline=range_spec(300, 30), **FAST)
+    got = [int(e["value"]) for e in ds]
+    assert collections.Counter(got) == collections.Counter(list(range(300)) * 2)
+    ds.close()
+
+
+def test_two_iterators_of_one_job_share_its_epoch(dataservice):
+    # 4 KiB elements: the first client's streams (flow-control windows of a few MiB) cannot swallow
+    # the whole epoch before the second client starts reading.
+    spec = (
+        "source:\n  range: {stop: 6000, split_size: 50}\n"
+        "steps:\n  - map: {ops: [{reshape: {field: value, shape: [1]}}, {pad: {field: value, length: 512}}]}\n"
+    )
+    kwargs = dict(
+        pipeline=spec,
+        processing_mode="distributed_epoch",
+        job_name="shared",
+        compression="none",
+        max_outstanding_requests=1,
+        max_buffered_bytes=1024,
+        **FAST,
+    )
+    a = iter(sluice.Dataset(dataservice.address, **kwargs))
+    b = iter(sluice.Dataset(dataservice.address, **kwargs))
+    assert a.job_id == b.job_id and a.job_client_id != b.job_client_id
+    got = {"a": [], "b": []}
+    live = {"a": a, "b": b}
+    while live:  # alternate: each next() blocks until that client has an element
+        for name in list(live):
+            try:
+                got[name].append(int(next(live[name])["value"][0]))
+            except StopIteration:
+                del live[name]
+    assert got["a"] and got["b"]
+    assert not set(got["a"]) & set(got["b"])
+    assert sorted(got["a"] + got["b"]) == list(range(6000))
+    a.close()
+    b.close()
+
+
+def test_torch_dataloader_over_the_service(dataservice):
+    torch = pytest.importorskip("torch")
+    spec = (
+        "source:\n  range: {stop: 640, split_size: 64}\n"
+        "steps:\n  - map: {ops: [{cast: {field: value, dtype: float32}}]}\n  - batch: {size: 32}\n"
+    )
+    ds = sluice.TorchDataset(
+        sluice.Dataset(dataservice.address, pipeline=spec, processing_mode="distributed_epoch", **FAST)
+    )
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)
+    seen = []
+    for batch in loader:
+        with ds.step():
+            x = batch["value"]
+            assert isinstance(x, torch.Tensor) and x.dtype == torch.float32 and tuple(x.shape) == (32,)
+            seen.extend(int(v) for v in (x * 1.0).tolist())
+    assert sorted(seen) == list(range(640))
+    stats = ds.stats()
+    assert stats["elements"] == 20
+    # The first fetch happens before the first `with ds.step()`: until then steps are implicit
+    # (delivery to delivery), so that wait counts as one step of its own.
+    assert stats["steps"] == 21
+    ds.dataset.close()
+
+
+def test_step_contexts_measure_stalls_and_reach_the_dispatcher(dataservice):
+    ds = sluice.Dataset(
+        dataservice.address,
+        pipeline=range_spec(100000, 1000),
+        processing_mode="distributed_epoch",
+        job_name="stall",
+        **FAST,
+    )
+    it = iter(ds)
+    work = np.arange(20000, dtype=np.float64)
+    for _ in range(300):
+        element = next(it)
+        with ds.step():
+            work += float(element["value"])  # the "training step"
+    stats = ds.stats()
+    assert stats["steps"] == 301  # one implicit step (the first fetch) + 300 bracketed ones
+    assert stats["elements"] == 300
+    assert 0 < stats["step_seconds"]
+    assert 0 <= stats["wait_seconds"] <= stats["step_seconds"]
+    assert 0 <= stats["stall_ratio"] <= 1
+    # The heartbeats carry the totals to the dispatcher: the autoscaler's inputs.
+    d = dataservice.dispatcher
+    poll_until(
+        lambda: dataservice.metric(d, "sluice_client_elements_total", job="stall") >= 300,
+        what="sluice_client_elements_total reaching 300",
+    )
+    assert dataservice.metric(d, "sluice_client_step_seconds_total", job="stall") > 0
+    wait = dataservice.metric(d, "sluice_client_wait_seconds_total", job="stall")
+    step = dataservice.metric(d, "sluice_client_step_seconds_total", job="stall")
+    assert 0 <= wait <= step
+    it.close()
+
+
+def test_bad_pipeline_and_mismatched_job_raise_clear_errors(dataservice):
+    with pytest.raises(ValueError, match="stop"):
+        sluice.Dataset(dataservice.address, pipeline="source:\n  range: {}\n")
+    first = iter(sluice.Dataset(dataservice.address, pipeline=range_spec(10, 5), job_name="j",
+                                processing_mode="distributed_epoch", **FAST))
+    with pytest.raises(sluice.DataServiceError, match="job 'j' exists with sharding DYNAMIC, request has OFF"):
+        iter(sluice.Dataset(dataservice.address, pipeline=range_spec(10, 5), job_name="j", **FAST))
+    first.close()
