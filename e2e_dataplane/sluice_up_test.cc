@@ -1,0 +1,209 @@
+// `sluice up` and `sluice dispatcher-state`, run as the real `sluice` binary: a full local run, a
+// served run that another consumer reads from, Ctrl-C mid-read and while serving, bad input; the
+// report formatting is unit-tested too. Every check that the children are gone uses the pids the
+// command prints.
+#include <errno.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <regex>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "e2e_dataplane/child_process.h"
+#include "e2e_dataplane/e2e_test_util.h"
+#include "testing/test_util.h"
+#include "tools/sluice/dataservice_commands.h"
+
+namespace sluice::e2e {
+namespace {
+
+using local::ChildProcess;
+using local::ChildProcessOptions;
+
+std::unique_ptr<ChildProcess> Sluice(std::vector<std::string> args, const std::string& working_dir = "") {
+  ChildProcessOptions o;
+  o.argv = {sluice::testing::BinaryDir() + "/bin/sluice"};
+  o.argv.insert(o.argv.end(), args.begin(), args.end());
+  o.working_dir = working_dir;
+  auto child = ChildProcess::Start(std::move(o));
+  INFO(child.status().ToString());
+  REQUIRE(child.ok());
+  return *std::move(child);
+}
+
+int ExitCode(ChildProcess& p, absl::Duration timeout = absl::Seconds(90)) {
+  auto status = p.Wait(timeout);
+  INFO(p.Output());
+  REQUIRE(status.ok());
+  REQUIRE(WIFEXITED(*status));
+  return WEXITSTATUS(*status);
+}
+
+// The pids `sluice up` printed for its dispatcher and workers.
+std::vector<pid_t> ChildPids(const std::string& output) {
+  std::vector<pid_t> pids;
+  static const std::regex pid_re("pid ([0-9]+)\\)");
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), pid_re); it != std::sregex_iterator(); ++it) {
+    pids.push_back(static_cast<pid_t>(std::stol((*it)[1].str())));
+  }
+  return pids;
+}
+
+// sluice up reaps its children, so once it exited their pids name no process.
+void CheckChildrenGone(const std::string& output, size_t expected) {
+  const std::vector<pid_t> pids = ChildPids(output);
+  CHECK(pids.size() == expected);
+  for (pid_t pid : pids) {
+    INFO("pid " << pid);
+    CHECK((::kill(pid, 0) == -1 && errno == ESRCH));
+  }
+}
+
+std::string WriteRangeSpec(const sluice::testing::TempDir& tmp, int64_t n) {
+  const std::string path = tmp.File("range.yaml");
+  sluice::testing::WriteFile(path, absl::StrCat("name: range\nsource: {range: {stop: ", n, ", split_size: 100}}\n"));
+  return path;
+}
+
+TEST_CASE("sluice up runs a dispatcher and workers, reads the pipeline through them and reports") {
+  sluice::testing::TempDir tmp;
+  auto up = Sluice({"up", "--workers", "2", "--pipeline", WriteRangeSpec(tmp, 3000), "--quiet", "--log-dir",
+                    tmp.File("logs")});
+  CHECK(ExitCode(*up) == 0);
+  const std::string output = up->Output();
+  INFO(output);
+  CHECK(absl::StrContains(output, "read 3000 elements"));
+  CHECK(absl::StrContains(output, "stall ratio "));
+  CHECK(absl::StrContains(output, "splits handed out 30 of 30"));
+  CHECK(up->CountLines("worker 127.0.0.1:") == 2);  // one report line per worker
+  CHECK(absl::StrContains(output, "workers produced 3000 elements in all"));
+  CheckChildrenGone(output, 3);
+  // The processes' logs are where it said.
+  CHECK(std::filesystem::exists(tmp.File("logs/dispatcher.log")));
+  CHECK(std::filesystem::exists(tmp.File("logs/worker-1.log")));
+  CHECK(absl::StrContains(sluice::testing::ReadFile(tmp.File("logs/worker-0.log")), "msg=exiting"));
+}
+
+TEST_CASE("sluice up --keep-running serves other consumers until Ctrl-C") {
+  sluice::testing::TempDir tmp;
+  auto up = Sluice({"up", "--workers", "2", "--take", "0", "--keep-running", "--pipeline", WriteRangeSpec(tmp, 10),
+                    "--log-dir", tmp.File("logs")});
+  auto serving = up->WaitForLine("serving", absl::Seconds(60));
+  INFO(up->Output());
+  REQUIRE(serving.ok());
+  std::smatch m;
+  REQUIRE(std::regex_search(*serving, m, std::regex("dispatcher at ([0-9.]+:[0-9]+)")));
+  const std::string address = m[1].str();
+
+  // Another consumer uses the service.
+  auto client = MakeClient(ClientOptions(address, RangePipeline(500, 50), service::SHARDING_DYNAMIC));
+  CHECK(CountProblems(Counts(ReadAll(*client)), 500, 1) == "");
+  client.reset();
+  // dispatcher-state shows the workers and the job.
+  auto state = Sluice({"dispatcher-state", address});
+  CHECK(ExitCode(*state) == 0);
+  CHECK(absl::StrContains(state->Output(), "workers: 2"));
+  CHECK(absl::StrContains(state->Output(), "jobs: 1"));
+  auto json = Sluice({"dispatcher-state", "--json", address});
+  CHECK(ExitCode(*json) == 0);
+  CHECK(absl::StrContains(json->Output(), "\"splits_total\": \"10\""));
+
+  up->Signal(SIGINT);
+  CHECK(ExitCode(*up) == 0);
+  CheckChildrenGone(up->Output(), 3);
+}
+
+TEST_CASE("sluice up: Ctrl-C while reading stops and tears everything down") {
+  sluice::testing::TempDir tmp;
+  // Slow steps keep the consumer reading for much longer than the test takes.
+  auto up = Sluice({"up", "--workers", "1", "--pipeline", WriteRangeSpec(tmp, 1000000), "--step-ms", "5",
+                    "--log-dir", tmp.File("logs")});
+  REQUIRE(up->WaitForLine("reading", absl::Seconds(60)).ok());
+  up->Signal(SIGINT);
+  CHECK(ExitCode(*up) == 130);
+  INFO(up->Output());
+  CHECK(up->CountLines("(interrupted)") == 1);
+  CheckChildrenGone(up->Output(), 2);
+}
+
+TEST_CASE("sluice up reads the default example pipeline (Fashion-MNIST)") {
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+    WARN("Debian's dataset-fashion-mnist is not installed: skipped");
+    return;
+  }
+  auto up = Sluice({"up", "--take", "5", "--quiet"}, sluice::testing::SourceDir());
+  CHECK(ExitCode(*up) == 0);
+  INFO(up->Output());
+  CHECK(absl::StrContains(up->Output(), "examples/pipelines/fashion_mnist.yaml"));
+  CHECK(absl::StrContains(up->Output(), "read 5 elements"));
+  CheckChildrenGone(up->Output(), 3);
+}
+
+TEST_CASE("sluice up and dispatcher-state reject bad input with clear errors") {
+  sluice::testing::TempDir tmp;
+  auto missing = Sluice({"up", "--pipeline", "/nonexistent/sluice-spec.yaml", "--log-dir", tmp.File("logs")});
+  CHECK(ExitCode(*missing) == 1);
+  CHECK(absl::StrContains(missing->Output(), "/nonexistent/sluice-spec.yaml"));
+  CHECK(ChildPids(missing->Output()).empty());  // nothing was started
+  auto sharding = Sluice({"up", "--sharding", "sideways", "--pipeline", WriteRangeSpec(tmp, 10)});
+  CHECK(ExitCode(*sharding) == 1);
+  CHECK(absl::StrContains(sharding->Output(), "--sharding"));
+  auto workers = Sluice({"up", "--workers", "0"});
+  CHECK(ExitCode(*workers) != 0);
+  CHECK(absl::StrContains(workers->Output(), "--workers"));
+  auto unreachable = Sluice({"dispatcher-state", "127.0.0.1:1"});
+  CHECK(ExitCode(*unreachable) == 1);
+  CHECK(absl::StrContains(unreachable->Output(), "GetState from 127.0.0.1:1 failed"));
+}
+
+TEST_CASE("FormatUpReport and FormatDispatcherState") {
+  cli::UpReport r;
+  r.elements = 200;
+  r.bytes = 4'000'000;
+  r.seconds = 2;
+  r.wait_seconds = 0.5;
+  r.step_seconds = 2;
+  r.finished = true;
+  r.splits_served = 10;
+  r.splits_total = 10;
+  r.worker_elements = {{"127.0.0.1:1", 120}, {"127.0.0.1:2", 80}};
+  const std::string text = cli::FormatUpReport(r);
+  CHECK(absl::StrContains(text, "read 200 elements (4.0 MB) in 2.00 s: 100.0 elements/s, 2.0 MB/s\n"));
+  CHECK(absl::StrContains(text, "stall ratio 0.250"));
+  CHECK(absl::StrContains(text, "splits handed out 10 of 10"));
+  CHECK(absl::StrContains(text, "127.0.0.1:1           produced 120 elements"));
+  CHECK(absl::StrContains(text, "workers produced 200 elements in all"));
+  r.interrupted = true;
+  CHECK(absl::StrContains(cli::FormatUpReport(r), "(interrupted)"));
+
+  service::GetStateResponse state;
+  auto* w = state.add_workers();
+  w->set_address("127.0.0.1:7");
+  w->set_host("127.0.0.1");
+  w->set_placement(service::PLACEMENT_LOCAL);
+  w->add_task_ids(3);
+  auto* j = state.add_jobs();
+  j->set_job_id(4);
+  j->mutable_spec()->set_job_name("train");
+  j->mutable_spec()->set_sharding(service::SHARDING_DYNAMIC);
+  j->set_splits_served(5);
+  j->set_splits_total(9);
+  j->mutable_metrics()->set_wait_seconds_total(1);
+  j->mutable_metrics()->set_step_seconds_total(4);
+  const std::string table = cli::FormatDispatcherState(state);
+  CHECK(absl::StrContains(table, "workers: 1"));
+  CHECK(absl::StrContains(table, "127.0.0.1:7"));
+  CHECK(absl::StrContains(table, "local"));
+  CHECK(absl::StrContains(table, "train"));
+  CHECK(absl::StrContains(table, "dynamic"));
+  CHECK(absl::StrContains(table, "5/9"));
+  CHECK(absl::StrContains(table, "0.250"));
+}
+
+}  // namespace
+}  // namespace sluice::e2e

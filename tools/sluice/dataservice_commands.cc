@@ -1,0 +1,426 @@
+#include "tools/sluice/dataservice_commands.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "dataplane/client/data_service_client.h"
+#include "dataplane/pipeline/spec_parser.h"
+#include "dataplane/rpc/credentials.h"
+#include "dataservice.grpc.pb.h"
+#include "e2e_dataplane/local_dataservice.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace sluice::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kJobName[] = "sluice-up";
+
+absl::StatusOr<service::ShardingPolicy> ParseSharding(const std::string& text) {
+  const std::string t = absl::AsciiStrToLower(text);
+  if (t == "off") return service::SHARDING_OFF;
+  if (t == "dynamic") return service::SHARDING_DYNAMIC;
+  if (t == "file") return service::SHARDING_FILE;
+  if (t == "data") return service::SHARDING_DATA;
+  return absl::InvalidArgumentError(absl::StrCat("--sharding: expected off, dynamic, file or data; got '", text, "'"));
+}
+
+// Takes SIGINT and SIGTERM for the lifetime of the object: blocks them in the calling thread (and
+// so in every thread it starts afterwards) and receives them on a thread of its own with
+// sigtimedwait. The previous signal mask is restored on destruction.
+class SignalWatcher {
+ public:
+  SignalWatcher() {
+    sigemptyset(&signals_);
+    sigaddset(&signals_, SIGINT);
+    sigaddset(&signals_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals_, &previous_);
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~SignalWatcher() {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    thread_.join();
+    pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+  }
+  SignalWatcher(const SignalWatcher&) = delete;
+  SignalWatcher& operator=(const SignalWatcher&) = delete;
+
+  // Called (on the watcher's thread) when a signal arrives; also at once if one already came.
+  void SetCallback(std::function<void()> callback) {
+    absl::MutexLock lock(&mu_);
+    callback_ = std::move(callback);
+    if (signal_ != 0 && callback_) callback_();
+  }
+  int signal() const {
+    absl::MutexLock lock(&mu_);
+    return signal_;
+  }
+  // Waits until a signal came (true) or `timeout` passed (false).
+  bool Wait(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto came = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return signal_ != 0; };
+    return mu_.AwaitWithTimeout(absl::Condition(&came), timeout);
+  }
+
+ private:
+  void Loop() {
+    const timespec poll{0, 100 * 1000 * 1000};
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (stopping_) return;
+      }
+      const int s = sigtimedwait(&signals_, nullptr, &poll);
+      if (s <= 0) continue;
+      absl::MutexLock lock(&mu_);
+      if (signal_ == 0) signal_ = s;
+      if (callback_) callback_();
+    }
+  }
+
+  sigset_t signals_;
+  sigset_t previous_;
+  mutable absl::Mutex mu_;
+  int signal_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void()> callback_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+bool IsExecutable(const std::string& path) { return ::access(path.c_str(), X_OK) == 0; }
+
+std::string MakeLogDir() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/sluice-up-XXXXXX");
+  if (::mkdtemp(pattern.data()) == nullptr) return "";
+  return pattern;
+}
+
+double Ratio(double wait, double step) { return step > 0 ? wait / step : 0; }
+
+}  // namespace
+
+std::string DefaultPipelinePath(const std::string& bin_dir) {
+  const std::string relative = "examples/pipelines/fashion_mnist.yaml";
+  std::error_code ec;
+  for (const fs::path& candidate : {fs::path(relative), fs::path(bin_dir) / "../.." / relative,
+                                    fs::path(bin_dir) / "../share/sluice" / relative}) {
+    if (fs::exists(candidate, ec)) return candidate.lexically_normal().string();
+  }
+  return relative;
+}
+
+std::string FormatUpReport(const UpReport& r) {
+  std::string out;
+  const double mb = static_cast<double>(r.bytes) / 1e6;
+  const double secs = std::max(r.seconds, 1e-9);
+  absl::StrAppend(&out, absl::StrFormat("read %d elements (%.1f MB) in %.2f s: %.1f elements/s, %.1f MB/s%s\n",
+                                        r.elements, mb, r.seconds, static_cast<double>(r.elements) / secs, mb / secs,
+                                        r.interrupted ? " (interrupted)" : (r.finished ? "" : " (stopped early)")));
+  absl::StrAppend(&out, absl::StrFormat("stall ratio %.3f (the client waited %.2f s of %.2f s of steps)\n",
+                                        Ratio(r.wait_seconds, r.step_seconds), r.wait_seconds, r.step_seconds));
+  if (r.splits_total > 0) {
+    absl::StrAppend(&out, absl::StrFormat("splits handed out %d of %d\n", r.splits_served, r.splits_total));
+  }
+  int64_t produced = 0;
+  for (const auto& [address, n] : r.worker_elements) {
+    absl::StrAppend(&out, absl::StrFormat("worker %-21s produced %d elements\n", address, n));
+    produced += n;
+  }
+  if (!r.worker_elements.empty()) {
+    absl::StrAppend(&out, absl::StrFormat("workers produced %d elements in all\n", produced));
+  }
+  return out;
+}
+
+std::string FormatDispatcherState(const service::GetStateResponse& state) {
+  std::string out = absl::StrFormat("workers: %d\n", state.workers_size());
+  if (state.workers_size() > 0) {
+    absl::StrAppend(&out, absl::StrFormat("  %-22s %-16s %-9s %-10s %-6s %s\n", "ADDRESS", "HOST", "PLACEMENT",
+                                          "HEARTBEAT", "TASKS", "DRAINING"));
+  }
+  for (const auto& w : state.workers()) {
+    const std::string placement = w.placement() == service::PLACEMENT_LOCAL    ? "local"
+                                  : w.placement() == service::PLACEMENT_REMOTE ? "remote"
+                                                                               : "-";
+    absl::StrAppend(&out, absl::StrFormat("  %-22s %-16s %-9s %-10s %-6d %s\n", w.address(), w.host(), placement,
+                                          absl::StrCat(w.last_heartbeat_ms_ago(), " ms ago"), w.task_ids_size(),
+                                          w.draining() ? "yes" : "no"));
+  }
+  absl::StrAppend(&out, absl::StrFormat("jobs: %d\n", state.jobs_size()));
+  if (state.jobs_size() > 0) {
+    absl::StrAppend(&out, absl::StrFormat("  %-5s %-16s %-8s %-8s %-8s %-12s %-10s %s\n", "ID", "NAME", "SHARDING",
+                                          "CLIENTS", "FINISHED", "SPLITS", "ELEMENTS", "STALL"));
+  }
+  for (const auto& j : state.jobs()) {
+    std::string sharding = service::ShardingPolicy_Name(j.spec().sharding());
+    if (absl::StartsWith(sharding, "SHARDING_")) sharding = absl::AsciiStrToLower(sharding.substr(9));
+    const std::string splits = j.splits_total() > 0 ? absl::StrCat(j.splits_served(), "/", j.splits_total()) : "-";
+    absl::StrAppend(&out, absl::StrFormat("  %-5d %-16s %-8s %-8d %-8s %-12s %-10d %.3f\n", j.job_id(),
+                                          j.spec().job_name().empty() ? "(anonymous)" : j.spec().job_name(), sharding,
+                                          j.num_clients(), j.finished() ? "yes" : "no", splits,
+                                          j.metrics().elements_total(),
+                                          Ratio(j.metrics().wait_seconds_total(), j.metrics().step_seconds_total())));
+  }
+  return out;
+}
+
+int RunDispatcherState(const std::string& address, bool json, std::ostream& out, std::ostream& err) {
+  auto channel = rpc::MakeChannel(address, rpc::TlsOptions{});
+  if (!channel.ok()) {
+    err << "sluice dispatcher-state: " << channel.status().message() << "\n";
+    return 1;
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  service::GetStateResponse state;
+  const grpc::Status status = service::Dispatcher::NewStub(*channel)->GetState(&ctx, service::GetStateRequest(), &state);
+  if (!status.ok()) {
+    err << "sluice dispatcher-state: GetState from " << address << " failed: " << status.error_message() << "\n";
+    return 1;
+  }
+  if (json) {
+    std::string text;
+    google::protobuf::util::JsonPrintOptions options;
+    options.add_whitespace = true;
+    options.preserve_proto_field_names = true;
+    (void)google::protobuf::util::MessageToJsonString(state, &text, options);
+    out << text;
+  } else {
+    out << FormatDispatcherState(state);
+  }
+  return 0;
+}
+
+int RunUp(const UpOptions& options, std::ostream& out, std::ostream& err) {
+  auto fail = [&](const std::string& message) {
+    err << "sluice up: " << message << "\n";
+    return 1;
+  };
+  if (options.workers < 1) return fail("--workers must be at least 1");
+  auto sharding = ParseSharding(options.sharding);
+  if (!sharding.ok()) return fail(std::string(sharding.status().message()));
+  const std::string bin_dir = options.bin_dir.empty() ? local::ExecutableDir() : options.bin_dir;
+  for (const char* binary : {"sluice-dispatcher", "sluice-worker"}) {
+    const std::string path = absl::StrCat(bin_dir, "/", binary);
+    if (!IsExecutable(path)) {
+      return fail(absl::StrCat(path, " is missing: build it (ninja ", binary, ") next to the sluice binary"));
+    }
+  }
+  const std::string pipeline_path = options.pipeline.empty() ? DefaultPipelinePath(bin_dir) : options.pipeline;
+  auto def = pipeline::ParsePipelineSpecFile(pipeline_path);
+  if (!def.ok()) return fail(std::string(def.status().message()));
+  const std::string log_dir = options.log_dir.empty() ? MakeLogDir() : options.log_dir;
+  std::error_code ec;
+  if (log_dir.empty() || (!fs::is_directory(log_dir, ec) && !fs::create_directories(log_dir, ec))) {
+    return fail(absl::StrCat("cannot create the log directory '", log_dir, "'"));
+  }
+
+  log::SetComponent("sluice-up");
+  log::SetMinLevel(log::Level::kWarning);  // the consumer's informational lines would mix with the report
+  SignalWatcher signals;  // from here on Ctrl-C tears everything down cleanly
+  local::LocalDataServiceOptions service_options;
+  service_options.bin_dir = bin_dir;
+  service_options.log_dir = log_dir;
+  service_options.dataservice = "local";
+  service_options.worker_flags = {"--placement=local"};
+  service_options.heartbeat_interval_ms = 200;  // a prompt end of the job on a small local run
+  local::LocalDataService service(service_options);
+  int rc = 0;
+  auto stop = [&]() {
+    if (absl::Status s = service.StopGracefully(absl::Seconds(5)); !s.ok()) {
+      err << "sluice up: shutdown: " << s.message() << " (logs in " << log_dir << ")\n";
+      if (rc == 0) rc = 1;
+    }
+    return rc;
+  };
+
+  if (absl::Status s = service.StartDispatcher(); !s.ok()) {
+    rc = fail(absl::StrCat("the dispatcher did not start (logs in ", log_dir, "): ", s.message()));
+    return stop();
+  }
+  out << "dispatcher  " << service.dispatcher_address() << "  (metrics http://127.0.0.1:"
+      << service.dispatcher().metrics_port << "/metrics, pid " << service.dispatcher().process->pid() << ")\n";
+  for (int i = 0; i < options.workers && signals.signal() == 0; ++i) {
+    auto added = service.AddWorker();
+    if (!added.ok()) {
+      rc = fail(absl::StrCat("worker ", i, " did not start (logs in ", log_dir, "): ", added.status().message()));
+      return stop();
+    }
+    const local::ServiceProcess& w = service.worker(*added);
+    out << "worker      " << w.address << "  (metrics http://127.0.0.1:" << w.metrics_port << "/metrics, pid "
+        << w.process->pid() << ")\n";
+  }
+  if (signals.signal() == 0) {
+    if (absl::Status s = service.WaitForWorkers(options.workers, absl::Seconds(60)); !s.ok()) {
+      rc = fail(absl::StrCat(s.message(), " (logs in ", log_dir, ")"));
+      return stop();
+    }
+  }
+  out << "logs        " << log_dir << "\n" << std::flush;
+
+  UpReport report;
+  if (options.take != 0 && signals.signal() == 0) {
+    client::DataServiceClientOptions co;
+    co.dispatcher_address = service.dispatcher_address();
+    co.pipeline = *def;
+    co.job_name = kJobName;
+    co.sharding = *sharding;
+    co.client_host = "127.0.0.1";  // the workers' host: they are local
+    co.heartbeat_interval = absl::Milliseconds(200);
+    auto created = client::DataServiceClient::Create(co);
+    if (!created.ok()) {
+      rc = fail(absl::StrCat("the consumer could not start: ", created.status().message()));
+      return stop();
+    }
+    std::unique_ptr<client::DataServiceClient> consumer = *std::move(created);
+    signals.SetCallback([c = consumer.get()] { c->Cancel(); });
+    out << "reading     " << pipeline_path << " (sharding " << absl::AsciiStrToLower(options.sharding)
+        << ", job '" << kJobName << "')\n"
+        << std::flush;
+
+    const bool tty = ::isatty(STDERR_FILENO) == 1;
+    const absl::Duration interval =
+        absl::Seconds(options.progress_interval_seconds) * (tty ? 1 : 4);  // fewer lines into a log
+    const absl::Time start = absl::Now();
+    absl::Time last_progress = start;
+    absl::Time last_element = start;
+    auto progress = [&](bool final) {
+      if (!options.progress) return;
+      const client::ClientStats s = consumer->stats();
+      const double secs = std::max(absl::ToDoubleSeconds(absl::Now() - start), 1e-9);
+      err << (tty ? "\r" : "")
+          << absl::StrFormat("progress: %d elements  %.1f elem/s  %.1f MB/s  stall %.3f  %.1fs", s.elements_total,
+                             static_cast<double>(s.elements_total) / secs,
+                             static_cast<double>(s.bytes_total) / 1e6 / secs,
+                             Ratio(s.wait_seconds_total, s.step_seconds_total), secs)
+          << (tty && !final ? "" : "\n") << std::flush;
+    };
+    while (true) {
+      if (signals.signal() != 0) break;
+      if (options.take > 0 && report.elements >= options.take) break;
+      if (options.seconds > 0 && absl::Now() - start >= absl::Seconds(options.seconds)) break;
+      auto next = consumer->GetNext(absl::Milliseconds(200));
+      if (absl::Now() - last_progress >= interval) {
+        progress(false);
+        last_progress = absl::Now();
+      }
+      if (!next.ok()) {
+        if (absl::IsDeadlineExceeded(next.status())) continue;
+        if (signals.signal() != 0) break;
+        rc = fail(absl::StrCat("reading failed: ", next.status().message(), " (logs in ", log_dir, ")"));
+        break;
+      }
+      if (!next->has_value()) {
+        report.finished = true;
+        break;
+      }
+      ++report.elements;
+      last_element = absl::Now();
+      if (options.step_ms > 0) {  // a stand-in training step
+        client::StepScope step(*consumer);
+        absl::SleepFor(absl::Milliseconds(options.step_ms));
+      }
+    }
+    // Throughput up to the last element (noticing the end of the job takes a heartbeat or two).
+    report.seconds = absl::ToDoubleSeconds((report.finished ? last_element : absl::Now()) - start);
+    report.interrupted = signals.signal() != 0;
+    progress(true);
+    const client::ClientStats stats = consumer->stats();
+    report.bytes = stats.bytes_total;
+    report.wait_seconds = stats.wait_seconds_total;
+    report.step_seconds = stats.step_seconds_total;
+    signals.SetCallback(nullptr);
+    consumer.reset();  // releases the job client
+  }
+  for (int i = 0; i < service.num_workers(); ++i) {
+    auto samples = service.ScrapeWorker(i);
+    report.worker_elements.emplace_back(
+        service.worker(i).address,
+        samples.ok() ? static_cast<int64_t>(local::SumSamples(*samples, "sluice_worker_elements_produced_total")) : -1);
+  }
+  if (auto state = service.GetState(); state.ok()) {
+    for (const auto& job : state->jobs()) {
+      if (job.spec().job_name() == kJobName) {
+        report.splits_served = job.splits_served();
+        report.splits_total = job.splits_total();
+      }
+    }
+  }
+  if (options.take != 0) out << FormatUpReport(report) << std::flush;
+
+  if (options.keep_running && signals.signal() == 0) {
+    out << "serving     dispatcher at " << service.dispatcher_address() << " with " << service.num_workers()
+        << " workers; Ctrl-C stops it. Try:\n"
+        << "            sluice dispatcher-state " << service.dispatcher_address() << "\n"
+        << std::flush;
+    while (!signals.Wait(absl::Milliseconds(500))) {
+      for (int i = 0; i < service.num_workers(); ++i) {
+        if (service.worker(i).process->Exited()) {
+          rc = fail(absl::StrCat(service.worker(i).name, " exited (logs in ", log_dir, ")"));
+          break;
+        }
+      }
+      if (service.dispatcher().process->Exited()) rc = fail(absl::StrCat("the dispatcher exited (logs in ", log_dir, ")"));
+      if (rc != 0) break;
+    }
+  }
+  out << "stopping    dispatcher and " << service.num_workers() << " workers\n" << std::flush;
+  stop();
+  if (rc == 0 && report.interrupted) rc = 130;
+  return rc;
+}
+
+void AddDataServiceCommands(CLI::App& app, int& rc) {
+  auto up_options = std::make_shared<UpOptions>();
+  auto* up = app.add_subcommand(
+      "up", "Run the data service locally: a dispatcher and N workers, and a consumer reading a pipeline through it");
+  up->add_option("--workers", up_options->workers, "local worker processes")->check(CLI::Range(1, 64));
+  up->add_option("--pipeline", up_options->pipeline,
+                 "pipeline spec to read (default: examples/pipelines/fashion_mnist.yaml)");
+  up->add_option("--sharding", up_options->sharding, "off | dynamic | file | data");
+  up->add_option("--take", up_options->take, "stop reading after N elements (0: start the service only)");
+  up->add_option("--seconds", up_options->seconds, "stop reading after S seconds")->check(CLI::NonNegativeNumber);
+  up->add_option("--step-ms", up_options->step_ms, "simulated training step per element, in ms (for the stall ratio)")
+      ->check(CLI::NonNegativeNumber);
+  up->add_flag("--keep-running", up_options->keep_running,
+               "after reading, keep serving until Ctrl-C (other consumers can use the printed address)");
+  up->add_option("--log-dir", up_options->log_dir, "where the processes' logs go (default: a new temp directory)");
+  up->add_option("--bin-dir", up_options->bin_dir, "where sluice-dispatcher and sluice-worker are (default: next to sluice)");
+  auto quiet = std::make_shared<bool>(false);
+  up->add_flag("--quiet", *quiet, "no progress line");
+  up->callback([up_options, quiet, &rc] {
+    up_options->progress = !*quiet;
+    rc = RunUp(*up_options, std::cout, std::cerr);
+  });
+
+  auto address = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  auto* state = app.add_subcommand("dispatcher-state", "Print a dispatcher's workers and jobs (GetState)");
+  state->add_option("address", *address, "the dispatcher's host:port")->required();
+  state->add_flag("--json", *json, "print the GetState answer as JSON");
+  state->callback([address, json, &rc] { rc = RunDispatcherState(*address, *json, std::cout, std::cerr); });
+}
+
+}  // namespace sluice::cli

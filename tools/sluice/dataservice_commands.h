@@ -1,0 +1,73 @@
+// `sluice up` and `sluice dispatcher-state`: the data service on one machine without Kubernetes.
+//
+// `sluice up` starts a sluice-dispatcher and N sluice-worker processes (children, from the sluice
+// binary's own directory), reads an example pipeline through the service with the C++ client (a
+// stand-in trainer: progress line, then throughput, the stall ratio the client measured, and the
+// elements each worker produced), and tears everything down — also on Ctrl-C. With --keep-running
+// it then serves until Ctrl-C, printing the dispatcher address for other consumers.
+// `sluice dispatcher-state ADDRESS` prints a dispatcher's GetState (workers and jobs).
+//
+// The Run* functions write their report to `out` and progress/errors to `err` and return an exit
+// code. RunUp must be called from the main thread (it blocks SIGINT/SIGTERM and takes them with
+// sigwait; the children die with the thread that started them).
+#ifndef SLUICE_TOOLS_SLUICE_DATASERVICE_COMMANDS_H_
+#define SLUICE_TOOLS_SLUICE_DATASERVICE_COMMANDS_H_
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dataservice.pb.h"
+
+namespace CLI {
+class App;
+}
+
+namespace sluice::cli {
+
+struct UpOptions {
+  int workers = 2;
+  std::string pipeline;           // spec file; empty: DefaultPipelinePath()
+  std::string sharding = "dynamic";  // off | dynamic | file | data
+  int64_t take = -1;              // stop reading after this many elements (-1: all; 0: do not read)
+  double seconds = 0;             // stop reading after this long (0: no limit)
+  double step_ms = 0;             // simulated training step per element (sleep), for the stall ratio
+  bool keep_running = false;      // after reading, serve until Ctrl-C
+  std::string bin_dir;            // holds sluice-dispatcher and sluice-worker; empty: this binary's
+  std::string log_dir;            // the processes' logs; empty: a new directory under $TMPDIR
+  bool progress = true;           // progress line on `err`
+  double progress_interval_seconds = 0.5;
+};
+
+int RunUp(const UpOptions& options, std::ostream& out, std::ostream& err);
+int RunDispatcherState(const std::string& address, bool json, std::ostream& out, std::ostream& err);
+
+// examples/pipelines/fashion_mnist.yaml, looked up in the working directory, then next to the
+// source tree of the binary's build directory (<bin>/../../examples), then <bin>/../share/sluice.
+std::string DefaultPipelinePath(const std::string& bin_dir);
+
+// What `sluice up` read; the summary is printed from it.
+struct UpReport {
+  int64_t elements = 0;
+  int64_t bytes = 0;
+  double seconds = 0;              // from the first GetNext to the end of reading
+  double wait_seconds = 0;         // the client's stall metrics
+  double step_seconds = 0;
+  bool finished = false;           // the job was read to its end
+  bool interrupted = false;        // Ctrl-C / SIGTERM
+  std::vector<std::pair<std::string, int64_t>> worker_elements;  // worker address -> produced
+  int64_t splits_served = 0;       // dispatcher: splits handed out under dynamic sharding
+  int64_t splits_total = 0;
+};
+std::string FormatUpReport(const UpReport& report);
+// A human-readable table of a GetState answer.
+std::string FormatDispatcherState(const service::GetStateResponse& state);
+
+// Registers `up` and `dispatcher-state` on the sluice command line; the callbacks set `rc`.
+void AddDataServiceCommands(CLI::App& app, int& rc);
+
+}  // namespace sluice::cli
+
+#endif  // SLUICE_TOOLS_SLUICE_DATASERVICE_COMMANDS_H_
