@@ -365,11 +365,27 @@ void DataServiceClient::Impl::Shutdown() {
     if (r->thread.joinable()) r->thread.join();
   }
   if (job_client_id_ != 0 && dispatcher_) {
+    const absl::Time deadline = absl::Now() + opts_.release_timeout;  // for both calls together
+    {
+      // A last heartbeat carries the final metrics: what was read since the previous heartbeat
+      // would otherwise never reach the dispatcher's sluice_client_* counters.
+      service::ClientHeartbeatRequest hb;
+      {
+        absl::MutexLock l(&mu_);
+        hb.set_job_client_id(job_client_id_);
+        hb.set_current_round(current_round_);
+        FillMetricsLocked(hb.mutable_metrics());
+      }
+      service::ClientHeartbeatResponse ignored;
+      grpc::ClientContext hb_ctx;
+      hb_ctx.set_deadline(absl::ToChronoTime(deadline));
+      (void)dispatcher_->ClientHeartbeat(&hb_ctx, hb, &ignored);
+    }
     service::ReleaseJobClientRequest req;
     req.set_job_client_id(job_client_id_);
     service::ReleaseJobClientResponse resp;
     grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + opts_.release_timeout));
+    ctx.set_deadline(absl::ToChronoTime(deadline));
     grpc::Status s = dispatcher_->ReleaseJobClient(&ctx, req, &resp);
     if (!s.ok()) {
       SLUICE_LOG(Warning, "could not release the job client")

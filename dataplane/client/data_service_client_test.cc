@@ -256,6 +256,23 @@ TEST_CASE("client_finish: a finished job's open streams still deliver their last
   CHECK(got.size() == kCount);
 }
 
+TEST_CASE("client_metrics: the final counts reach the dispatcher when the client is destroyed") {
+  Harness h(1);
+  h.dispatcher.AddTask(MakeTask(1, h.worker_address(0)));
+  for (int i = 0; i < 7; ++i) h.workers[0]->PushElement(1, Num(i));
+  auto o = h.Options();
+  o.heartbeat_interval = absl::Hours(1);  // only the first heartbeat, at start, and the last one
+  auto client = MustCreate(o);
+  for (int i = 0; i < 7; ++i) {
+    auto next = client->GetNext(absl::Seconds(30));
+    REQUIRE(next.ok());
+    REQUIRE(next->has_value());
+  }
+  client.reset();
+  CHECK(h.dispatcher.last_heartbeat().metrics().elements_total() == 7);
+  CHECK(h.dispatcher.released().size() == 1);
+}
+
 TEST_CASE("client_compression: the requested codec is used on the wire and decoded") {
   const std::pair<service::Compression, service::Compression> cases[] = {
       {service::COMPRESSION_LZ4, service::COMPRESSION_LZ4},
