@@ -301,6 +301,7 @@ absl::Status DispatcherService::GetOrCreateJob(const service::GetOrCreateJobRequ
     a->set_target_workers(spec.target_workers());
     if (absl::Status s = Commit(acquire); !s.ok()) return s;
     client_seen_[a->job_client_id()] = clock_->Now();
+    client_metrics_[a->job_client_id()] = service::ClientMetrics();  // a new client counts from zero
     response->set_job_id(job->id);
     response->set_job_client_id(a->job_client_id());
     sequence = LastSequenceLocked();
@@ -374,8 +375,13 @@ absl::Status DispatcherService::ClientHeartbeat(const service::ClientHeartbeatRe
     }
     client_seen_[client->id] = clock_->Now();
     const DispatcherState::Job& job = *state_.FindJob(client->job_id);
-    // Metrics: the client reports totals; the job accumulates increments.
-    service::ClientMetrics& last = client_metrics_[client->id];
+    // Metrics: the client reports totals; the job accumulates increments. A client without a
+    // baseline was created before this process started (recovered from the journal): the previous
+    // process counted its totals so far, so they become the baseline — otherwise the counters,
+    // restarting at zero, would jump by the clients' whole lifetime (a spike in rate()).
+    auto known = client_metrics_.find(client->id);
+    if (known == client_metrics_.end()) known = client_metrics_.emplace(client->id, request.metrics()).first;
+    service::ClientMetrics& last = known->second;
     service::ClientMetrics delta;
     delta.set_wait_seconds_total(std::max(0.0, request.metrics().wait_seconds_total() - last.wait_seconds_total()));
     delta.set_step_seconds_total(std::max(0.0, request.metrics().step_seconds_total() - last.step_seconds_total()));

@@ -413,6 +413,47 @@ TEST_CASE("client metrics are summed per job, also over released clients") {
   CHECK(h.service().ReleaseJobClient(rel, &rr).code() == absl::StatusCode::kNotFound);
 }
 
+TEST_CASE("client metrics after a restart continue from the clients' totals, without a jump") {
+  TempDir dir;
+  ServiceHarness h(dir.path().string());
+  REQUIRE(h.start_status().ok());
+  int64_t client = 0;
+  std::string ds;
+  service::ClientMetrics m;
+  {
+    Driver d{h.service()};
+    ds = d.Register(RangePipeline(100, 10));
+    client = d.MustJob(ds, service::SHARDING_OFF, "train").job_client_id();
+    m.set_elements_total(100);
+    m.set_step_seconds_total(10);
+    m.set_wait_seconds_total(4);
+    d.Client(client, 0, m);
+    CHECK(MetricValue(h.registry(), "sluice_client_elements_total", "train") == Approx(100));
+  }
+  h.Restart();
+  REQUIRE(h.start_status().ok());
+  Driver d{h.service()};
+  // The first report after the restart is the baseline (the old process counted it) ...
+  m.set_elements_total(130);
+  m.set_step_seconds_total(13);
+  m.set_wait_seconds_total(5);
+  d.Client(client, 0, m);
+  CHECK(MetricValue(h.registry(), "sluice_client_elements_total", "train") == Approx(0));
+  // ... and increments count from there.
+  m.set_elements_total(150);
+  m.set_step_seconds_total(15);
+  d.Client(client, 0, m);
+  CHECK(MetricValue(h.registry(), "sluice_client_elements_total", "train") == Approx(20));
+  CHECK(MetricValue(h.registry(), "sluice_client_step_seconds_total", "train") == Approx(2));
+  CHECK(MetricValue(h.registry(), "sluice_client_wait_seconds_total", "train") == Approx(0));
+  // A client created after the restart counts from zero.
+  auto late = d.MustJob(ds, service::SHARDING_OFF, "train");
+  service::ClientMetrics first;
+  first.set_elements_total(7);
+  d.Client(late.job_client_id(), 0, first);
+  CHECK(MetricValue(h.registry(), "sluice_client_elements_total", "train") == Approx(27));
+}
+
 TEST_CASE("GetSplits: batches, acknowledgements, end of splits, malformed requests") {
   ServiceHarness h("");
   Driver d{h.service()};
