@@ -5,10 +5,18 @@
 
 namespace sluice::bench {
 
-void CountGetSplitsAnswer(const service::GetSplitsResponse& response, DispatcherCallCounts* counts) {
+void CountGetSplits(const service::GetSplitsRequest& request, const service::GetSplitsResponse& response,
+                    DispatcherCallCounts* counts) {
   ++counts->get_splits_calls;
   counts->splits_handed_out += response.splits_size();
+  counts->starts_acknowledged += request.started_split_indices_size();
   if (response.end_of_splits()) ++counts->end_of_splits_answers;
+  if (request.max_splits() == 0) {
+    ++counts->ack_only_calls;
+    return;
+  }
+  ++counts->fetch_calls;
+  if (response.splits_size() > 0) ++counts->fetches_with_splits;
   if (response.splits_size() == 0 && !response.end_of_splits()) ++counts->empty_answers;
 }
 
@@ -89,7 +97,7 @@ grpc::Status CountingDispatcherProxy::GetSplits(grpc::ServerContext* c, const se
   grpc::Status status = Forward(c, *q, r, &service::Dispatcher::Stub::GetSplits);
   if (status.ok()) {
     absl::MutexLock lock(&mu_);
-    CountGetSplitsAnswer(*r, &counts_);
+    CountGetSplits(*q, *r, &counts_);
   }
   return status;
 }

@@ -21,16 +21,21 @@
 namespace sluice::bench {
 
 struct DispatcherCallCounts {
-  int64_t get_splits_calls = 0;        // answered OK
-  int64_t splits_handed_out = 0;       // splits in those answers
+  int64_t get_splits_calls = 0;        // answered OK, of either kind:
+  int64_t fetch_calls = 0;             //   asking for splits (max_splits > 0) ...
+  int64_t ack_only_calls = 0;          //   ... or only acknowledging started splits (max_splits 0)
+  int64_t fetches_with_splits = 0;     // fetch calls that got at least one split
+  int64_t splits_handed_out = 0;       // splits in the answers
+  int64_t starts_acknowledged = 0;     // started_split_indices sent
   int64_t end_of_splits_answers = 0;   // answers saying the epoch has no more splits
-  int64_t empty_answers = 0;           // neither splits nor end_of_splits (the next epoch is not open yet)
+  int64_t empty_answers = 0;           // fetch calls answered with neither splits nor end_of_splits (polls)
   int64_t worker_heartbeats = 0;
   int64_t failed_calls = 0;            // any method, answered with an error
 };
 
-// Adds one OK GetSplits answer to `counts`.
-void CountGetSplitsAnswer(const service::GetSplitsResponse& response, DispatcherCallCounts* counts);
+// Adds one OK GetSplits call to `counts`.
+void CountGetSplits(const service::GetSplitsRequest& request, const service::GetSplitsResponse& response,
+                    DispatcherCallCounts* counts);
 
 class CountingDispatcherProxy final : public service::Dispatcher::Service {
  public:

@@ -7,20 +7,30 @@
 namespace sluice::bench {
 namespace {
 
-TEST_CASE("CountGetSplitsAnswer tells batches, epoch ends and empty answers apart") {
+TEST_CASE("CountGetSplits tells fetches, acknowledgements, epoch ends and polls apart") {
   DispatcherCallCounts c;
+  service::GetSplitsRequest fetch;
+  fetch.set_max_splits(8);
   service::GetSplitsResponse batch;
   for (int i = 0; i < 6; ++i) batch.add_splits()->set_index(i);
-  CountGetSplitsAnswer(batch, &c);
+  CountGetSplits(fetch, batch, &c);
+  service::GetSplitsRequest ack;  // max_splits 0: acknowledgements only
+  ack.add_started_split_indices(0);
+  ack.add_started_split_indices(1);
+  CountGetSplits(ack, service::GetSplitsResponse(), &c);
   service::GetSplitsResponse last;
   last.add_splits()->set_index(6);
   last.set_end_of_splits(true);
-  CountGetSplitsAnswer(last, &c);
-  CountGetSplitsAnswer(service::GetSplitsResponse(), &c);  // the next epoch is not open yet
-  CHECK(c.get_splits_calls == 3);
+  CountGetSplits(fetch, last, &c);
+  CountGetSplits(fetch, service::GetSplitsResponse(), &c);  // the next epoch is not open yet
+  CHECK(c.get_splits_calls == 4);
+  CHECK(c.fetch_calls == 3);
+  CHECK(c.ack_only_calls == 1);
+  CHECK(c.fetches_with_splits == 2);
   CHECK(c.splits_handed_out == 7);
+  CHECK(c.starts_acknowledged == 2);
   CHECK(c.end_of_splits_answers == 1);
-  CHECK(c.empty_answers == 1);
+  CHECK(c.empty_answers == 1);  // the ack-only answer is not a poll
 }
 
 // A dispatcher that answers GetSplits with two splits and fails GetState.
@@ -57,6 +67,7 @@ TEST_CASE("The proxy forwards calls, passes errors through and counts") {
     grpc::ClientContext ctx;
     service::GetSplitsRequest req;
     req.set_task_id(task);
+    req.set_max_splits(8);
     service::GetSplitsResponse resp;
     REQUIRE(stub->GetSplits(&ctx, req, &resp).ok());
     REQUIRE(resp.splits_size() == 2);
@@ -83,6 +94,7 @@ TEST_CASE("The proxy forwards calls, passes errors through and counts") {
   }
   DispatcherCallCounts c = (*proxy)->counts();
   CHECK(c.get_splits_calls == 2);
+  CHECK(c.fetch_calls == 2);
   CHECK(c.splits_handed_out == 4);
   CHECK(c.worker_heartbeats == 1);
   CHECK(c.failed_calls == 2);

@@ -107,20 +107,28 @@ std::string ShardingPipelineSpec(const ShardingBenchOptions& o) {
 }
 
 nlohmann::json ShardingResultJson(const std::vector<ShardingTrial>& dynamic, const std::vector<ShardingTrial>& off,
-                                  int64_t splits_per_epoch, const ShardingBenchOptions& o, double target,
-                                  const nlohmann::json& extra) {
+                                  const std::vector<ShardingTrial>& counted_dynamic,
+                                  const std::vector<ShardingTrial>& counted_off, int64_t splits_per_epoch,
+                                  const ShardingBenchOptions& o, double target, const nlohmann::json& extra) {
   std::vector<double> dyn_eps, off_eps;
   for (const auto& t : dynamic) dyn_eps.push_back(t.elements_per_second);
   for (const auto& t : off) off_eps.push_back(t.elements_per_second);
-  int64_t calls = 0, splits = 0, end_answers = 0, empty_answers = 0;
-  for (const auto& t : dynamic) {
-    calls += t.calls.get_splits_calls;
-    splits += t.calls.splits_handed_out;
-    end_answers += t.calls.end_of_splits_answers;
-    empty_answers += t.calls.empty_answers;
+  DispatcherCallCounts sum;
+  for (const auto& t : counted_dynamic) {
+    sum.get_splits_calls += t.calls.get_splits_calls;
+    sum.fetch_calls += t.calls.fetch_calls;
+    sum.ack_only_calls += t.calls.ack_only_calls;
+    sum.fetches_with_splits += t.calls.fetches_with_splits;
+    sum.splits_handed_out += t.calls.splits_handed_out;
+    sum.starts_acknowledged += t.calls.starts_acknowledged;
+    sum.end_of_splits_answers += t.calls.end_of_splits_answers;
+    sum.empty_answers += t.calls.empty_answers;
   }
   int64_t off_calls = 0;
-  for (const auto& t : off) off_calls += t.calls.get_splits_calls;
+  for (const auto& t : counted_off) off_calls += t.calls.get_splits_calls;
+  std::vector<double> counted_dyn_eps, counted_off_eps;
+  for (const auto& t : counted_dynamic) counted_dyn_eps.push_back(t.elements_per_second);
+  for (const auto& t : counted_off) counted_off_eps.push_back(t.elements_per_second);
   const double dyn = Median(dyn_eps), par = Median(off_eps);
   const double ratio = Ratio(dyn, par);
   nlohmann::json out = {
@@ -136,13 +144,23 @@ nlohmann::json ShardingResultJson(const std::vector<ShardingTrial>& dynamic, con
       {"elements_per_epoch", o.elements_per_epoch},
       {"num_epochs", o.num_epochs},
       {"splits_per_epoch", splits_per_epoch},
-      {"getsplits_calls", calls},
-      {"splits_handed_out", splits},
-      {"splits_expected", splits_per_epoch * o.num_epochs * static_cast<int64_t>(dynamic.size())},
-      {"splits_per_call", Round(Ratio(static_cast<double>(splits), static_cast<double>(calls)), 2)},
-      {"end_of_splits_answers", end_answers},
-      {"empty_answers", empty_answers},
+      {"getsplits_calls", sum.get_splits_calls},
+      {"fetch_calls", sum.fetch_calls},
+      {"ack_only_calls", sum.ack_only_calls},
+      {"fetches_with_splits", sum.fetches_with_splits},
+      {"splits_handed_out", sum.splits_handed_out},
+      {"splits_expected", splits_per_epoch * o.num_epochs * static_cast<int64_t>(counted_dynamic.size())},
+      {"splits_per_fetch", Round(Ratio(static_cast<double>(sum.splits_handed_out),
+                                       static_cast<double>(sum.fetches_with_splits)), 2)},
+      {"splits_per_call", Round(Ratio(static_cast<double>(sum.splits_handed_out),
+                                      static_cast<double>(sum.get_splits_calls)), 2)},
+      {"starts_acknowledged", sum.starts_acknowledged},
+      {"end_of_splits_answers", sum.end_of_splits_answers},
+      {"empty_answers", sum.empty_answers},
       {"getsplits_calls_sharding_off", off_calls},
+      {"counted_trials", counted_dynamic.size()},
+      {"dynamic_via_proxy_elements_per_second", Round(Median(counted_dyn_eps), 1)},
+      {"off_via_proxy_elements_per_second", Round(Median(counted_off_eps), 1)},
   };
   for (double v : dyn_eps) out["dynamic_trials"].push_back(Round(v, 1));
   for (double v : off_eps) out["off_trials"].push_back(Round(v, 1));
@@ -181,35 +199,49 @@ int RunShardingBenchmark(const ShardingBenchOptions& o) {
   if (!ds.ok()) return Fail(ds.status(), *log_dir);
   auto proxy = CountingDispatcherProxy::Start((*ds)->dispatcher_address());
   if (!proxy.ok()) return Fail(proxy.status(), *log_dir);
-  (*ds)->set_worker_dispatcher_address((*proxy)->address());
-  for (int i = 0; i < o.workers; ++i) {
-    if (absl::Status s = (*ds)->AddWorker(); !s.ok()) return Fail(s, *log_dir);
-  }
-  if (absl::Status s = (*ds)->WaitForWorkers(o.workers, absl::Seconds(20)); !s.ok()) return Fail(s, *log_dir);
 
-  std::vector<ShardingTrial> dynamic, off;
-  for (int trial = 0; trial < o.trials; ++trial) {
-    for (int side = 0; side < 2; ++side) {
-      const bool dyn = (side == 0) == (trial % 2 == 0);  // ABBA order against drift
-      if (absl::Status s = (*ds)->WaitForJobsFinished(absl::Seconds(20)); !s.ok()) {
-        return Fail(s, *log_dir);
-      }
-      auto t = RunTrial(**ds, **proxy, *def, dyn ? service::SHARDING_DYNAMIC : service::SHARDING_OFF, o);
-      if (!t.ok()) {
-        return Fail(absl::Status(t.status().code(), absl::StrCat(dyn ? "DYNAMIC" : "OFF", " trial ", trial + 1,
-                                                                 " failed: ", t.status().message())),
-                    *log_dir);
-      }
-      std::printf("sharding: trial %d/%d %-7s %9.1f elements/s  GetSplits calls %lld, splits %lld\n", trial + 1,
-                  o.trials, dyn ? "dynamic" : "off", t->elements_per_second,
-                  static_cast<long long>(t->calls.get_splits_calls), static_cast<long long>(t->calls.splits_handed_out));
-      std::fflush(stdout);
-      (dyn ? dynamic : off).push_back(*t);
+  // Runs `trials` trials per mode (ABBA order) on the current workers.
+  auto run_trials = [&](int trials, const char* phase, std::vector<ShardingTrial>& dynamic,
+                        std::vector<ShardingTrial>& off) -> absl::Status {
+    for (int i = 0; i < o.workers; ++i) {
+      if (absl::Status s = (*ds)->AddWorker(); !s.ok()) return s;
     }
-  }
+    if (absl::Status s = (*ds)->WaitForWorkers(o.workers, absl::Seconds(20)); !s.ok()) return s;
+    for (int trial = 0; trial < trials; ++trial) {
+      for (int side = 0; side < 2; ++side) {
+        const bool dyn = (side == 0) == (trial % 2 == 0);
+        if (absl::Status s = (*ds)->WaitForJobsFinished(absl::Seconds(20)); !s.ok()) return s;
+        auto t = RunTrial(**ds, **proxy, *def, dyn ? service::SHARDING_DYNAMIC : service::SHARDING_OFF, o);
+        if (!t.ok()) {
+          return absl::Status(t.status().code(), absl::StrCat(phase, " ", dyn ? "DYNAMIC" : "OFF", " trial ",
+                                                              trial + 1, " failed: ", t.status().message()));
+        }
+        std::printf("sharding: %s trial %d/%d %-7s %9.1f elements/s", phase, trial + 1, trials,
+                    dyn ? "dynamic" : "off", t->elements_per_second);
+        if (t->calls.get_splits_calls > 0) {
+          std::printf("  GetSplits: %lld calls (%lld fetches, %lld with splits, %lld polls; %lld ack-only), %lld splits",
+                      static_cast<long long>(t->calls.get_splits_calls), static_cast<long long>(t->calls.fetch_calls),
+                      static_cast<long long>(t->calls.fetches_with_splits),
+                      static_cast<long long>(t->calls.empty_answers), static_cast<long long>(t->calls.ack_only_calls),
+                      static_cast<long long>(t->calls.splits_handed_out));
+        }
+        std::printf("\n");
+        std::fflush(stdout);
+        (dyn ? dynamic : off).push_back(*t);
+      }
+    }
+    return (*ds)->StopWorkers();
+  };
+  // Timed: workers talk to the dispatcher directly.
+  std::vector<ShardingTrial> dynamic, off, counted_dynamic, counted_off;
+  if (absl::Status s = run_trials(o.trials, "timed", dynamic, off); !s.ok()) return Fail(s, *log_dir);
+  // Counted: new workers reach the dispatcher through the proxy.
+  (*ds)->set_worker_dispatcher_address((*proxy)->address());
+  if (absl::Status s = run_trials(1, "counted", counted_dynamic, counted_off); !s.ok()) return Fail(s, *log_dir);
   const MachineInfo after = ReadMachineInfo();
   nlohmann::json extra = {
-      {"mode", "processes: sluice-dispatcher + workers (via a counting proxy), client in the benchmark process"},
+      {"mode", "processes: sluice-dispatcher + workers, client in the benchmark process; timed trials direct, "
+               "counted trials through a counting proxy"},
       {"pipeline", "synthetic uint8 images -> resize to half -> normalize (float32)"},
       {"image_size", o.image_size},
       {"split_size", o.split_size},
@@ -217,10 +249,12 @@ int RunShardingBenchmark(const ShardingBenchOptions& o) {
       {"machine", ToJson(machine)},
       {"load_avg_after", {after.load1, after.load5, after.load15}},
   };
-  ds->reset();  // workers deregister through the proxy, so it goes last
+  ds->reset();
   proxy->reset();
   if (!o.keep_logs) RemoveLogDir(*log_dir);
-  std::cout << ShardingResultJson(dynamic, off, splits_per_epoch, o, kTargetRatio, extra).dump() << std::endl;
+  std::cout << ShardingResultJson(dynamic, off, counted_dynamic, counted_off, splits_per_epoch, o, kTargetRatio, extra)
+                   .dump()
+            << std::endl;
   return 0;
 }
 

@@ -1,12 +1,16 @@
 // `sluice bench sharding`: a distributed epoch (SHARDING_DYNAMIC: the dispatcher hands the splits
 // out to 2 workers) against parallel epochs (SHARDING_OFF: each of the 2 workers runs the whole
 // pipeline) on the same CPU-bound pipeline, with real sluice-dispatcher and sluice-worker processes
-// and one client in this process. The workers reach the dispatcher through a counting proxy
-// (counting_proxy.h), which shows that splits are fetched in batches (GetSplits calls vs splits).
+// and one client in this process.
 //
 // Each trial reads num_epochs * elements-per-epoch elements: DYNAMIC to the end of its job (and
 // checks that every element came exactly once), OFF until that many arrived. Throughput counts from
-// the first element to the last. Trials alternate the two modes (ABBA) against drift.
+// the first element to the last. The timed trials alternate the two modes (ABBA) against drift,
+// with the workers talking to the dispatcher directly. Then the workers are replaced by ones that
+// reach the dispatcher through a counting proxy (counting_proxy.h) for one more trial of each mode,
+// which shows how many GetSplits calls fetched how many splits (batching). The proxy's extra hop
+// slows DYNAMIC (a split's start is acknowledged before it is read), so those trials are reported
+// separately and not used for the ratio.
 //
 // Threading: RunShardingBenchmark runs on the caller's thread (which must outlive the children).
 #ifndef SLUICE_BENCH_SHARDING_SHARDING_BENCH_H_
@@ -27,7 +31,7 @@ struct ShardingBenchOptions {
   int workers = 2;
   int trials = 4;                    // per mode
   int64_t elements_per_epoch = 8192;
-  int64_t split_size = 32;           // elements per split
+  int64_t split_size = 128;          // elements per split
   int64_t num_epochs = 2;
   int image_size = 160;              // the synthetic images' side (pixels)
   int cpu_budget = 1;                // threads per task pipeline on the workers
@@ -50,11 +54,14 @@ struct ShardingTrial {
   DispatcherCallCounts calls;        // proxy counts during the trial
 };
 
-// Result object: ratio = median(dynamic) / median(off) throughput, the trials, and GetSplits calls
-// vs splits (summed over the DYNAMIC trials) with splits_per_call.
+// Result object: ratio = median(dynamic) / median(off) throughput of the timed trials, and GetSplits
+// calls vs splits from the counted trials (summed over `counted_dynamic`): splits_per_fetch (splits
+// per call that got any: the batching), splits_per_call (all calls, acknowledgement-only ones
+// included), polls; plus the counted trials' throughputs.
 nlohmann::json ShardingResultJson(const std::vector<ShardingTrial>& dynamic, const std::vector<ShardingTrial>& off,
-                                  int64_t splits_per_epoch, const ShardingBenchOptions& options, double target,
-                                  const nlohmann::json& extra);
+                                  const std::vector<ShardingTrial>& counted_dynamic,
+                                  const std::vector<ShardingTrial>& counted_off, int64_t splits_per_epoch,
+                                  const ShardingBenchOptions& options, double target, const nlohmann::json& extra);
 
 }  // namespace sluice::bench
 

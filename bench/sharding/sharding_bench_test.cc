@@ -35,15 +35,20 @@ ShardingTrial Trial(double eps, int64_t calls, int64_t splits) {
   ShardingTrial t;
   t.elements_per_second = eps;
   t.calls.get_splits_calls = calls;
+  t.calls.fetch_calls = calls / 2;
+  t.calls.fetches_with_splits = calls / 4;
+  t.calls.ack_only_calls = calls - calls / 2;
   t.calls.splits_handed_out = splits;
   return t;
 }
 
-TEST_CASE("ShardingResultJson: ratio of medians, and GetSplits batching over the dynamic trials") {
+TEST_CASE("ShardingResultJson: ratio of the timed medians, GetSplits batching from the counted trials") {
   ShardingBenchOptions o;
   o.num_epochs = 2;
-  auto j = ShardingResultJson({Trial(90, 20, 100), Trial(95, 22, 100), Trial(80, 21, 100)},
-                              {Trial(100, 0, 0), Trial(100, 0, 0), Trial(110, 0, 0)}, 50, o, 0.9, {{"mode", "x"}});
+  auto j = ShardingResultJson({Trial(90, 0, 0), Trial(95, 0, 0), Trial(80, 0, 0)},
+                              {Trial(100, 0, 0), Trial(100, 0, 0), Trial(110, 0, 0)},
+                              {Trial(70, 20, 100), Trial(75, 22, 100), Trial(60, 21, 100)}, {Trial(99, 0, 0)}, 50, o,
+                              0.9, {{"mode", "x"}});
   CHECK(j["benchmark"] == "sharding");
   CHECK(j["ratio"].get<double>() == Approx(0.9));
   CHECK(j["meets_target"] == true);
@@ -53,13 +58,19 @@ TEST_CASE("ShardingResultJson: ratio of medians, and GetSplits batching over the
   CHECK(j["splits_handed_out"] == 300);
   CHECK(j["splits_expected"] == 300);  // 50 per epoch x 2 epochs x 3 trials
   CHECK(j["splits_per_call"].get<double>() == Approx(4.76));
+  CHECK(j["fetch_calls"] == 31);  // 10 + 11 + 10
+  CHECK(j["ack_only_calls"] == 32);
+  CHECK(j["splits_per_fetch"].get<double>() == Approx(20.0));  // 300 / (5 + 5 + 5)
   CHECK(j["getsplits_calls_sharding_off"] == 0);
   CHECK(j["dynamic_trials"].size() == 3);
+  CHECK(j["counted_trials"] == 3);
+  CHECK(j["dynamic_via_proxy_elements_per_second"].get<double>() == Approx(70));
+  CHECK(j["off_via_proxy_elements_per_second"].get<double>() == Approx(99));
   CHECK(j["mode"] == "x");
 
-  auto slow = ShardingResultJson({Trial(50, 1, 1)}, {Trial(100, 0, 0)}, 1, o, 0.9, {});
+  auto slow = ShardingResultJson({Trial(50, 0, 0)}, {Trial(100, 0, 0)}, {}, {}, 1, o, 0.9, {});
   CHECK(slow["meets_target"] == false);
-  auto none = ShardingResultJson({}, {}, 1, o, 0.9, {});
+  auto none = ShardingResultJson({}, {}, {}, {}, 1, o, 0.9, {});
   CHECK(none["ratio"] == 0);
   CHECK(none["splits_per_call"] == 0);
 }
