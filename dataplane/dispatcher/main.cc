@@ -21,6 +21,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/admin_server.h"
 #include "common/log.h"
+#include "common/runtime_tuning.h"
 #include "dataplane/dispatcher/clock.h"
 #include "dataplane/dispatcher/dispatcher_flags.h"
 #include "dataplane/dispatcher/dispatcher_impl.h"
@@ -151,6 +152,7 @@ int Run(const DispatcherFlags& flags, const sigset_t& signals) {
 }  // namespace sluice::dispatcher
 
 int main(int argc, char** argv) {
+  sluice::TuneRuntime();
   // Block the shutdown signals before any thread starts, so every thread inherits the mask and
   // main receives them with sigwait.
   sigset_t signals;

@@ -11,6 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/admin_server.h"
 #include "common/log.h"
+#include "common/runtime_tuning.h"
 #include "dataplane/rpc/credentials.h"
 #include "dataplane/worker/grpc_worker.h"
 #include "dataplane/worker/worker_flags.h"
@@ -34,6 +35,7 @@ int Fail(const absl::Status& status) {
 }
 
 int Run(int argc, char** argv) {
+  TuneRuntime();
   std::vector<std::string> args(argv + 1, argv + argc);
   auto parsed = ParseWorkerFlags(args);
   if (!parsed.ok()) {

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "common/runtime_tuning.h"
 #include "tools/sluice/pipeline_commands.h"
 #ifdef SLUICE_HAVE_PIPELINE_BENCH
 #include "bench/pipeline/pipeline_bench.h"
@@ -15,6 +16,8 @@
 #endif
 
 int main(int argc, char** argv) {
+  // The benchmarks and `sluice up` read the data service in this process.
+  sluice::TuneRuntime();
   CLI::App app{"Sluice: a disaggregated, autoscaled input-data service for ML training"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "sluice 0.1.0");
