@@ -3,7 +3,9 @@
 #include <lz4.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 
@@ -51,12 +53,114 @@ absl::Status Corrupt(size_t offset, absl::string_view what) {
 
 }  // namespace
 
-std::string EncodeElement(const Element& element) {
+// ---------------------------------------------------------------- WireBytes
+
+void WireBytes::Builder::AppendCopy(absl::string_view bytes) {
+  if (bytes.empty()) return;
+  if (segments_.empty() || !segments_.back().owned) segments_.push_back(Segment{true, owned_.size(), nullptr, 0, nullptr});
+  owned_.append(bytes.data(), bytes.size());
+  segments_.back().size += bytes.size();
+  size_ += bytes.size();
+}
+
+void WireBytes::Builder::AdoptCopies(std::string bytes) {
+  if (size_ != 0 || bytes.empty()) {
+    AppendCopy(bytes);
+    return;
+  }
+  owned_ = std::move(bytes);
+  size_ = owned_.size();
+  segments_.push_back(Segment{true, 0, nullptr, size_, nullptr});
+}
+
+void WireBytes::Builder::AppendZeros(size_t n) {
+  static constexpr char kZeros[kAlign] = {};
+  while (n > 0) {
+    const size_t k = std::min(n, kAlign);
+    AppendCopy(absl::string_view(kZeros, k));
+    n -= k;
+  }
+}
+
+void WireBytes::Builder::AppendView(const void* data, size_t size, std::shared_ptr<const void> owner,
+                                    size_t min_view_bytes) {
+  if (size == 0) return;
+  if (size < min_view_bytes || owner == nullptr) {
+    AppendCopy(absl::string_view(static_cast<const char*>(data), size));
+    return;
+  }
+  segments_.push_back(Segment{false, 0, static_cast<const char*>(data), size, std::move(owner)});
+  size_ += size;
+}
+
+void WireBytes::Builder::Append(const WireBytes& bytes, size_t min_view_bytes) {
+  for (const Range& r : bytes.ranges()) AppendView(r.data, r.size, r.owner, min_view_bytes);
+}
+
+WireBytes WireBytes::Builder::Finish() && {
+  WireBytes out;
+  out.size_ = size_;
+  auto owned = std::make_shared<std::string>(std::move(owned_));
+  out.ranges_.reserve(segments_.size());
+  for (Segment& s : segments_) {
+    if (s.owned) {
+      out.ranges_.push_back(Range{owned->data() + s.offset, s.size, owned});
+    } else {
+      out.ranges_.push_back(Range{s.data, s.size, std::move(s.owner)});
+    }
+  }
+  if (segments_.size() == 1 && segments_[0].owned) out.sole_ = owned;
+  return out;
+}
+
+WireBytes WireBytes::FromString(std::string bytes) {
+  WireBytes out;
+  if (bytes.empty()) return out;
+  out.sole_ = std::make_shared<std::string>(std::move(bytes));
+  out.size_ = out.sole_->size();
+  out.ranges_.push_back(Range{out.sole_->data(), out.size_, out.sole_});
+  return out;
+}
+
+std::string WireBytes::Flatten() const& {
+  std::string out;
+  out.reserve(size_);
+  for (const Range& r : ranges_) out.append(r.data, r.size);
+  return out;
+}
+
+std::string WireBytes::Flatten() && {
+  // Move the buffer out only when nothing else can see it (this object holds the last references).
+  if (sole_ != nullptr && ranges_.size() == 1 && sole_.use_count() == 2) {
+    ranges_.clear();
+    std::string out = std::move(*sole_);
+    sole_.reset();
+    size_ = 0;
+    return out;
+  }
+  std::string out = static_cast<const WireBytes&>(*this).Flatten();
+  *this = WireBytes();  // an rvalue gives its references up either way
+  return out;
+}
+
+// ---------------------------------------------------------------- element encoding
+
+WireBytes EncodeElementWire(const Element& element, size_t min_view_bytes) {
+  // The header goes straight into the builder's first owned buffer, sized for the copies to come.
+  size_t copied = 64;
+  for (const auto& [name, t] : element.fields()) {
+    copied += 16 + name.size() + 8 * static_cast<size_t>(t.rank()) + kAlign;
+    if (t.dtype() == DType::kString) {
+      copied += 8 + 8 * t.strings().size() + t.ByteSize();
+    } else if (t.nbytes() < min_view_bytes) {
+      copied += t.nbytes();
+    }
+  }
   std::string header;
+  header.reserve(copied);
   header.append(kMagic, 4);
   Put<uint32_t>(header, static_cast<uint32_t>(element.fields().size()));
   Put<uint64_t>(header, element.key());
-  size_t payload_total = 0;
   for (const auto& [name, t] : element.fields()) {
     Put<uint16_t>(header, static_cast<uint16_t>(name.size()));
     header.append(name);
@@ -68,21 +172,23 @@ std::string EncodeElement(const Element& element) {
       Put<uint64_t>(header, t.strings().size());
       for (auto s : t.strings()) Put<uint64_t>(header, s.size());
     }
-    payload_total += AlignUp(t.ByteSize());
   }
-  std::string out;
-  out.reserve(AlignUp(header.size()) + payload_total);
-  out = std::move(header);
-  out.resize(AlignUp(out.size()), '\0');
+  WireBytes::Builder b;
+  b.AdoptCopies(std::move(header));
+  b.AppendZeros(AlignUp(b.size()) - b.size());
   for (const auto& [name, t] : element.fields()) {
     if (t.dtype() == DType::kString) {
-      for (auto s : t.strings()) out.append(s.data(), s.size());
+      for (auto s : t.strings()) b.AppendCopy(s);
     } else if (t.nbytes() > 0) {
-      out.append(reinterpret_cast<const char*>(t.raw()), t.nbytes());
+      b.AppendView(t.raw(), t.nbytes(), t.buffer().owner, min_view_bytes);
     }
-    out.resize(AlignUp(out.size()), '\0');
+    b.AppendZeros(AlignUp(b.size()) - b.size());
   }
-  return out;
+  return std::move(b).Finish();
+}
+
+std::string EncodeElement(const Element& element) {
+  return EncodeElementWire(element, std::numeric_limits<size_t>::max()).Flatten();
 }
 
 absl::StatusOr<Element> DecodeElement(std::shared_ptr<const std::string> bytes) {
@@ -162,13 +268,29 @@ absl::StatusOr<Element> DecodeElement(std::shared_ptr<const std::string> bytes) 
   return e;
 }
 
-Codec ChooseCodec(const std::string& data) {
-  if (data.size() < 4096) return Codec::kNone;
+namespace {
+
+// lz4 unless `total` is small or the first 64 KiB of `data` barely compress.
+Codec ChooseCodecFromSample(size_t total, absl::string_view data) {
+  if (total < 4096 || data.empty()) return Codec::kNone;
   size_t sample = std::min<size_t>(data.size(), 64 << 10);
   std::string out(static_cast<size_t>(LZ4_compressBound(static_cast<int>(sample))), '\0');
   int n = LZ4_compress_fast(data.data(), out.data(), static_cast<int>(sample), static_cast<int>(out.size()), 1);
   if (n <= 0 || static_cast<double>(n) > 0.85 * static_cast<double>(sample)) return Codec::kNone;
   return Codec::kLz4;
+}
+
+}  // namespace
+
+Codec ChooseCodec(const std::string& data) { return ChooseCodecFromSample(data.size(), data); }
+
+Codec ChooseCodec(const WireBytes& data) {
+  const WireBytes::Range* largest = nullptr;
+  for (const WireBytes::Range& r : data.ranges()) {
+    if (largest == nullptr || r.size > largest->size) largest = &r;
+  }
+  if (largest == nullptr) return Codec::kNone;
+  return ChooseCodecFromSample(data.size(), absl::string_view(largest->data, largest->size));
 }
 
 absl::StatusOr<std::string> Compress(const std::string& data, Codec codec) {

@@ -11,13 +11,78 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "dataplane/pipeline/tensor.h"
 
 namespace sluice::pipeline {
 
+// Bytes as a sequence of ranges, each kept alive by an owner: how an encoded element (and a
+// response carrying elements) reaches the wire without copying tensor data. Immutable once built;
+// copies share the ranges. Thread-compatible.
+class WireBytes {
+ public:
+  struct Range {
+    const char* data = nullptr;
+    size_t size = 0;
+    std::shared_ptr<const void> owner;  // keeps `data` alive
+  };
+
+  // Appends ranges: copied bytes are gathered into owned buffers (consecutive copies share one);
+  // views keep their owner. Thread-compatible; Finish() once.
+  class Builder {
+   public:
+    void AppendCopy(absl::string_view bytes);
+    void AppendZeros(size_t n);
+    // Views `size` bytes at `data` owned by `owner`; bytes shorter than `min_view_bytes` are copied.
+    void AppendView(const void* data, size_t size, std::shared_ptr<const void> owner, size_t min_view_bytes = 0);
+    void Append(const WireBytes& bytes, size_t min_view_bytes = 0);
+    // Starts an empty builder with `bytes` as its first copied bytes (taking the string's capacity).
+    void AdoptCopies(std::string bytes);
+    // Room for `n` more copied bytes (saves regrowing the owned buffer).
+    void ReserveCopies(size_t n) { owned_.reserve(owned_.size() + n); }
+    size_t size() const { return size_; }
+    WireBytes Finish() &&;
+
+   private:
+    struct Segment {
+      bool owned = false;
+      size_t offset = 0;                  // owned: into `owned_`
+      const char* data = nullptr;         // a view
+      size_t size = 0;
+      std::shared_ptr<const void> owner;  // a view's owner
+    };
+    std::string owned_;
+    absl::InlinedVector<Segment, 3> segments_;
+    size_t size_ = 0;
+  };
+
+  WireBytes() = default;
+  // One range owning `bytes`.
+  static WireBytes FromString(std::string bytes);
+
+  absl::Span<const Range> ranges() const { return ranges_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  // The bytes in one string (moves them out of a sole owned buffer when it can).
+  std::string Flatten() const&;
+  std::string Flatten() &&;
+
+ private:
+  absl::InlinedVector<Range, 3> ranges_;
+  size_t size_ = 0;
+  std::shared_ptr<std::string> sole_;  // set when the only range is an owned buffer of this object
+};
+
 std::string EncodeElement(const Element& element);
+// The same bytes as EncodeElement, as ranges: the header, string payloads, padding and numeric
+// payloads shorter than `min_view_bytes` are copied; larger numeric payloads are views of the
+// tensors' buffers (no copy).
+WireBytes EncodeElementWire(const Element& element, size_t min_view_bytes = 16 << 10);
 // Tensors of the result view `bytes` (kept alive through their owners).
 absl::StatusOr<Element> DecodeElement(std::shared_ptr<const std::string> bytes);
 
@@ -26,6 +91,9 @@ enum class Codec { kNone = 0, kLz4 = 1, kZstd = 2 };
 // Picks a codec for `data`: none for small payloads (< 4 KiB) or when a sample barely compresses
 // (already-compressed JPEG bytes, random floats); lz4 otherwise.
 Codec ChooseCodec(const std::string& data);
+// The same choice for encoded ranges, sampling the largest range (the bulk of an element's data
+// rather than its header).
+Codec ChooseCodec(const WireBytes& data);
 absl::StatusOr<std::string> Compress(const std::string& data, Codec codec);
 // `uncompressed_size` bounds the output; a mismatch is an error (corrupt or hostile input).
 absl::StatusOr<std::string> Decompress(const std::string& data, Codec codec, uint64_t uncompressed_size);

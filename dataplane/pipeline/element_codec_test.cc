@@ -83,5 +83,84 @@ TEST_CASE("compression round-trips and AUTO skips incompressible or tiny data") 
   CHECK_FALSE(Decompress("x", Codec::kNone, uint64_t{1} << 40).ok());
 }
 
+TEST_CASE("EncodeElementWire gives EncodeElement's bytes, viewing large payloads without copying") {
+  Element e = Sample();
+  Tensor big = Tensor::Allocate(DType::kUInt8, {100000});
+  for (int i = 0; i < 100000; ++i) big.mutable_data<uint8_t>()[i] = static_cast<uint8_t>(i * 7);
+  e.Set("big", big);
+  const WireBytes wire = EncodeElementWire(e);
+  CHECK(wire.size() == EncodeElement(e).size());
+  CHECK(wire.Flatten() == EncodeElement(e));
+  // The big payload is one range pointing into the tensor; everything else was gathered into
+  // owned buffers around it (header + small fields before, padding after).
+  int views = 0;
+  for (const auto& r : wire.ranges()) {
+    if (r.data == reinterpret_cast<const char*>(big.raw())) {
+      ++views;
+      CHECK(r.size == 100000);
+      CHECK(r.owner == big.buffer().owner);
+    }
+  }
+  CHECK(views == 1);
+  CHECK(wire.ranges().size() == 3);
+  // Below the threshold everything is copied into one buffer.
+  const WireBytes copied = EncodeElementWire(e, 1 << 20);
+  CHECK(copied.ranges().size() == 1);
+  CHECK(copied.Flatten() == EncodeElement(e));
+  // The encoding decodes to the same element.
+  auto decoded = DecodeElement(std::make_shared<const std::string>(wire.Flatten()));
+  REQUIRE(decoded.ok());
+  REQUIRE(decoded->Find("big") != nullptr);
+  CHECK(std::memcmp(decoded->Find("big")->raw(), big.raw(), 100000) == 0);
+}
+
+TEST_CASE("WireBytes: builder gathers copies, keeps views alive, and flattening moves a sole buffer") {
+  auto owner = std::make_shared<std::string>(20000, 'v');
+  WireBytes::Builder b;
+  b.AppendCopy("ab");
+  b.AppendCopy("cd");
+  b.AppendView(owner->data(), owner->size(), owner);
+  b.AppendZeros(3);
+  b.AppendView(owner->data(), 5, owner, /*min_view_bytes=*/16);  // small: copied
+  WireBytes w = std::move(b).Finish();
+  REQUIRE(w.ranges().size() == 3);
+  CHECK(std::string(w.ranges()[0].data, w.ranges()[0].size) == "abcd");
+  CHECK(w.ranges()[1].data == owner->data());
+  CHECK(w.size() == 4 + 20000 + 3 + 5);
+  std::weak_ptr<std::string> watch = owner;
+  owner.reset();
+  CHECK_FALSE(watch.expired());  // the view keeps it
+  const std::string flat = w.Flatten();
+  CHECK(flat.substr(0, 4) == "abcd");
+  CHECK(flat.substr(20004, 3) == std::string(3, '\0'));
+  CHECK(flat.substr(20007) == "vvvvv");
+  w = WireBytes();
+  CHECK(watch.expired());
+
+  WireBytes one = WireBytes::FromString(std::string(5000, 'x'));
+  const char* where = one.ranges()[0].data;
+  WireBytes shared = one;  // a copy shares the buffer: flattening must copy
+  std::string copy = std::move(one).Flatten();
+  CHECK(copy.data() != where);
+  std::string moved = std::move(shared).Flatten();
+  CHECK(moved.data() == where);
+  CHECK(moved == std::string(5000, 'x'));
+  CHECK(WireBytes::FromString("").empty());
+}
+
+TEST_CASE("ChooseCodec on ranges samples the bulk of the data") {
+  Element zeros;
+  zeros.Set("x", Tensor::Allocate(DType::kUInt8, {100000}));
+  CHECK(ChooseCodec(EncodeElementWire(zeros)) == Codec::kLz4);
+  Element noise;
+  Tensor t = Tensor::Allocate(DType::kUInt8, {100000});
+  std::mt19937 rng(3);
+  for (int i = 0; i < 100000; ++i) t.mutable_data<uint8_t>()[i] = static_cast<uint8_t>(rng());
+  noise.Set("x", t);
+  CHECK(ChooseCodec(EncodeElementWire(noise)) == Codec::kNone);
+  CHECK(ChooseCodec(EncodeElementWire(Sample())) == Codec::kNone);  // tiny
+  CHECK(ChooseCodec(WireBytes()) == Codec::kNone);
+}
+
 }  // namespace
 }  // namespace sluice::pipeline
