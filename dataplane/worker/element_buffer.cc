@@ -32,49 +32,55 @@ absl::StatusOr<EncodedElementPtr> EncodeForWire(const pipeline::Element& element
   auto wanted = CodecFor(compression);
   if (!wanted.ok()) return wanted.status();
   auto out = std::make_shared<EncodedElement>();
-  std::string raw = pipeline::EncodeElement(element);
+  pipeline::WireBytes raw = pipeline::EncodeElementWire(element);
   out->uncompressed_size = raw.size();
   out->codec = wanted->has_value() ? **wanted : pipeline::ChooseCodec(raw);
   if (out->codec == pipeline::Codec::kNone) {
-    out->data = std::move(raw);
+    out->bytes = std::move(raw);
   } else {
-    auto compressed = pipeline::Compress(raw, out->codec);
+    auto compressed = pipeline::Compress(std::move(raw).Flatten(), out->codec);
     if (!compressed.ok()) return compressed.status();
-    out->data = *std::move(compressed);
+    out->bytes = pipeline::WireBytes::FromString(*std::move(compressed));
   }
+  return out;
+}
+
+absl::StatusOr<EncodedElementPtr> Recode(EncodedElementPtr element, std::optional<pipeline::Codec> wanted) {
+  if (!wanted.has_value() || *wanted == element->codec) return element;
+  std::string raw;
+  if (element->codec == pipeline::Codec::kNone) {
+    raw = element->bytes.Flatten();
+  } else {
+    auto decompressed = pipeline::Decompress(element->bytes.Flatten(), element->codec, element->uncompressed_size);
+    if (!decompressed.ok()) return decompressed.status();
+    raw = *std::move(decompressed);
+  }
+  auto out = std::make_shared<EncodedElement>();
+  out->codec = *wanted;
+  out->uncompressed_size = element->uncompressed_size;
+  if (*wanted != pipeline::Codec::kNone) {
+    auto compressed = pipeline::Compress(raw, *wanted);
+    if (!compressed.ok()) return compressed.status();
+    raw = *std::move(compressed);
+  }
+  out->bytes = pipeline::WireBytes::FromString(std::move(raw));
   return out;
 }
 
 absl::Status FillElementData(EncodedElementPtr element, std::optional<pipeline::Codec> wanted,
                              service::ElementData* out) {
-  // Only this holder can reach the element when the count is one (no weak references exist).
-  const bool sole_owner = element.use_count() == 1;
-  if (wanted.has_value() && *wanted != element->codec) {
-    std::string raw;
-    if (element->codec == pipeline::Codec::kNone) {
-      raw = sole_owner ? std::move(element->data) : element->data;
-    } else {
-      auto decompressed = pipeline::Decompress(element->data, element->codec, element->uncompressed_size);
-      if (!decompressed.ok()) return decompressed.status();
-      raw = *std::move(decompressed);
-    }
-    if (*wanted != pipeline::Codec::kNone) {
-      auto compressed = pipeline::Compress(raw, *wanted);
-      if (!compressed.ok()) return compressed.status();
-      raw = *std::move(compressed);
-    }
-    *out->mutable_data() = std::move(raw);
-    out->set_compression(ToCompression(*wanted));
-  } else {
-    if (sole_owner) {
-      *out->mutable_data() = std::move(element->data);
-    } else {
-      out->set_data(element->data);
-    }
-    out->set_compression(ToCompression(element->codec));
-  }
-  out->set_uncompressed_size(element->uncompressed_size);
+  auto recoded = Recode(std::move(element), wanted);
+  if (!recoded.ok()) return recoded.status();
+  *out->mutable_data() = (*recoded)->bytes.Flatten();
+  out->set_compression(ToCompression((*recoded)->codec));
+  out->set_uncompressed_size((*recoded)->uncompressed_size);
   return absl::OkStatus();
+}
+
+bool ProducerMayResume(size_t queued, size_t queued_bytes, size_t incoming_bytes, size_t max_elements,
+                       size_t max_bytes) {
+  if (queued == 0) return true;
+  return queued <= max_elements / 2 && queued_bytes <= max_bytes / 2 && queued_bytes + incoming_bytes <= max_bytes;
 }
 
 ElementBuffer::ElementBuffer(size_t max_elements, size_t max_bytes)
@@ -83,13 +89,19 @@ ElementBuffer::ElementBuffer(size_t max_elements, size_t max_bytes)
 bool ElementBuffer::Push(EncodedElementPtr element, CancelToken* cancel) {
   CancelCallback wake(cancel, [this] { absl::MutexLock lock(&mu_); });
   absl::MutexLock lock(&mu_);
-  const size_t size = element->data.size();
+  const size_t size = element->size();
   auto has_room = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return queue_.empty() || (queue_.size() < max_elements_ && bytes_ + size <= max_bytes_);
   };
-  // Cancellation only ends a wait: with room, the element goes in.
-  auto can_go_on = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closed_ || has_room() || IsCancelled(cancel); };
-  mu_.Await(absl::Condition(&can_go_on));
+  if (!closed_ && !has_room()) {
+    // Full: wait until the readers took about half, so that a producer faster than its readers
+    // wakes once per half buffer instead of once per element. Cancellation only ends the wait:
+    // with room, the element goes in.
+    auto can_go_on = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return closed_ || IsCancelled(cancel) || ProducerMayResume(queue_.size(), bytes_, size, max_elements_, max_bytes_);
+    };
+    mu_.Await(absl::Condition(&can_go_on));
+  }
   if (closed_ || !has_room()) return false;
   bytes_ += size;
   queue_.push_back(std::move(element));
@@ -124,7 +136,7 @@ absl::StatusOr<ElementBuffer::Batch> ElementBuffer::Pop(size_t max_elements, siz
   size_t batch_bytes = 0;
   max_elements = std::max<size_t>(1, max_elements);
   while (!queue_.empty() && batch.elements.size() < max_elements) {
-    size_t size = queue_.front()->data.size();
+    size_t size = queue_.front()->size();
     if (!batch.elements.empty() && batch_bytes + size > max_bytes) break;
     batch_bytes += size;
     bytes_ -= size;

@@ -28,13 +28,16 @@
 namespace sluice::worker {
 
 struct EncodedElement {
-  std::string data;  // EncodeElement bytes, compressed with `codec`
+  // EncodeElement bytes compressed with `codec`. Uncompressed, large tensor payloads are views of
+  // the tensors' memory (no copy until the kernel's); compressed, one owned buffer.
+  pipeline::WireBytes bytes;
   pipeline::Codec codec = pipeline::Codec::kNone;
   uint64_t uncompressed_size = 0;
+
+  size_t size() const { return bytes.size(); }
 };
-// Shared because cross-job sharing hands one element to several jobs; a holder that owns the only
-// reference may move the bytes out (see TakeOrCopyData).
-using EncodedElementPtr = std::shared_ptr<EncodedElement>;
+// Shared because cross-job sharing hands one element to several jobs; the bytes are immutable.
+using EncodedElementPtr = std::shared_ptr<const EncodedElement>;
 
 // Encodes `element` and compresses it: COMPRESSION_AUTO picks with pipeline::ChooseCodec.
 absl::StatusOr<EncodedElementPtr> EncodeForWire(const pipeline::Element& element, service::Compression compression);
@@ -43,17 +46,26 @@ absl::StatusOr<EncodedElementPtr> EncodeForWire(const pipeline::Element& element
 absl::StatusOr<std::optional<pipeline::Codec>> CodecFor(service::Compression compression);
 service::Compression ToCompression(pipeline::Codec codec);
 
-// Fills `out` from `element`, moving the bytes when `element` is the only reference, copying
-// otherwise. Re-compresses when `wanted` names a codec other than the element's.
+// `element` in the codec `wanted` names: the same pointer when it already is (or `wanted` is
+// nullopt), else a re-compressed copy.
+absl::StatusOr<EncodedElementPtr> Recode(EncodedElementPtr element, std::optional<pipeline::Codec> wanted);
+
+// Fills `out` from `element` (re-compressed as `wanted` asks), copying the bytes into the message.
 absl::Status FillElementData(EncodedElementPtr element, std::optional<pipeline::Codec> wanted,
                              service::ElementData* out);
+
+// Whether a producer that found the buffer full may go on: when the buffer is empty, or at most
+// half full (by elements and bytes) with room for the incoming element.
+bool ProducerMayResume(size_t queued, size_t queued_bytes, size_t incoming_bytes, size_t max_elements,
+                       size_t max_bytes);
 
 class ElementBuffer {
  public:
   ElementBuffer(size_t max_elements, size_t max_bytes);
 
-  // Appends, waiting while the buffer is full. False when the buffer is closed, or when `cancel`
-  // fires while waiting for room.
+  // Appends, waiting while the buffer is full; a producer that had to wait resumes once the
+  // readers emptied about half of it. False when the buffer is closed, or when `cancel` fires
+  // while waiting for room.
   bool Push(EncodedElementPtr element, CancelToken* cancel);
   // No more elements: OK = end of data (readers get end_of_sequence once the buffer is empty);
   // an error is returned to readers once the buffer is empty. The first Close wins.

@@ -12,7 +12,7 @@ namespace {
 
 EncodedElementPtr Bytes(size_t n, char fill = 'x') {
   auto e = std::make_shared<EncodedElement>();
-  e->data.assign(n, fill);
+  e->bytes = pipeline::WireBytes::FromString(std::string(n, fill));
   e->uncompressed_size = n;
   return e;
 }
@@ -46,6 +46,26 @@ TEST_CASE("worker_buffer: a full buffer (by elements) makes the producer wait") 
   CHECK(buffer.size() == 4);
 }
 
+TEST_CASE("worker_buffer: a producer that waited resumes once about half the buffer was read") {
+  // By elements: 8 at most.
+  CHECK_FALSE(ProducerMayResume(7, 70, 10, 8, 1 << 20));
+  CHECK_FALSE(ProducerMayResume(5, 50, 10, 8, 1 << 20));
+  CHECK(ProducerMayResume(4, 40, 10, 8, 1 << 20));
+  // By bytes: 1000 at most.
+  CHECK_FALSE(ProducerMayResume(2, 600, 100, 100, 1000));
+  CHECK(ProducerMayResume(2, 500, 100, 100, 1000));
+  CHECK_FALSE(ProducerMayResume(1, 400, 700, 100, 1000));  // half empty, but no room for it
+  CHECK(ProducerMayResume(0, 0, 5000, 100, 1000));         // empty: anything goes in
+
+  // And a waiting producer does go on once half was read.
+  ElementBuffer buffer(8, 1 << 20);
+  for (int i = 0; i < 8; ++i) REQUIRE(buffer.Push(Bytes(10), nullptr));
+  std::thread producer([&] { CHECK(buffer.Push(Bytes(10), nullptr)); });
+  for (int i = 0; i < 4; ++i) REQUIRE(buffer.Pop(1, 1 << 20, nullptr).ok());
+  producer.join();
+  CHECK(buffer.size() == 5);
+}
+
 TEST_CASE("worker_buffer: bytes bound the buffer, but one oversized element always fits") {
   ElementBuffer buffer(100, 1000);
   REQUIRE(buffer.Push(Bytes(5000), nullptr));  // empty buffer: admitted
@@ -71,14 +91,14 @@ TEST_CASE("worker_buffer: Pop packs up to max_elements and max_bytes, at least o
   auto four = buffer.Pop(4, 1 << 20, nullptr);
   REQUIRE(four.ok());
   CHECK(four->elements.size() == 4);
-  CHECK(four->elements[0]->data[0] == 'a');
+  CHECK(four->elements[0]->bytes.ranges()[0].data[0] == 'a');
   auto by_bytes = buffer.Pop(100, 250, nullptr);
   REQUIRE(by_bytes.ok());
   CHECK(by_bytes->elements.size() == 2);
   auto tiny = buffer.Pop(100, 1, nullptr);
   REQUIRE(tiny.ok());
   CHECK(tiny->elements.size() == 1);
-  CHECK(tiny->elements[0]->data[0] == 'g');
+  CHECK(tiny->elements[0]->bytes.ranges()[0].data[0] == 'g');
   CHECK(buffer.size() == 3);
 }
 
@@ -133,11 +153,11 @@ TEST_CASE("worker_encoding: AUTO leaves small elements uncompressed and compress
   auto small = EncodeForWire(IntElement(3), service::COMPRESSION_AUTO);
   REQUIRE(small.ok());
   CHECK((*small)->codec == pipeline::Codec::kNone);
-  CHECK((*small)->data.size() == (*small)->uncompressed_size);
+  CHECK((*small)->size() == (*small)->uncompressed_size);
   auto big = EncodeForWire(BigElement(64 << 10), service::COMPRESSION_AUTO);
   REQUIRE(big.ok());
   CHECK((*big)->codec == pipeline::Codec::kLz4);
-  CHECK((*big)->data.size() < (*big)->uncompressed_size / 4);
+  CHECK((*big)->size() < (*big)->uncompressed_size / 4);
   auto zstd = EncodeForWire(BigElement(64 << 10), service::COMPRESSION_ZSTD);
   REQUIRE(zstd.ok());
   CHECK((*zstd)->codec == pipeline::Codec::kZstd);
@@ -149,14 +169,20 @@ TEST_CASE("worker_encoding: AUTO leaves small elements uncompressed and compress
   CHECK_THAT(std::string(bad.status().message()), Catch::Contains("compression: unknown value 77"));
 }
 
-TEST_CASE("worker_encoding: FillElementData moves a sole element, copies a shared one, transcodes on request") {
+TEST_CASE("worker_encoding: Recode keeps an element in its codec or transcodes it; FillElementData copies") {
   auto encoded = EncodeForWire(BigElement(64 << 10), service::COMPRESSION_LZ4);
   REQUIRE(encoded.ok());
   EncodedElementPtr shared = *encoded;
-  EncodedElementPtr other_holder = shared;
+  auto same = Recode(shared, std::nullopt);
+  REQUIRE(same.ok());
+  CHECK(*same == shared);  // AUTO: any codec will do
+  auto also_same = Recode(shared, pipeline::Codec::kLz4);
+  REQUIRE(also_same.ok());
+  CHECK(*also_same == shared);
+
   service::ElementData copied;
   REQUIRE(FillElementData(shared, std::nullopt, &copied).ok());
-  CHECK_FALSE(other_holder->data.empty());  // still shared: copied
+  CHECK(shared->size() == copied.data().size());  // the shared element keeps its bytes
   CHECK(copied.compression() == service::COMPRESSION_LZ4);
   CHECK(testing::DecodeInt(copied) == 7);
 
@@ -164,17 +190,32 @@ TEST_CASE("worker_encoding: FillElementData moves a sole element, copies a share
            {pipeline::Codec::kNone, service::COMPRESSION_NONE},
            {pipeline::Codec::kZstd, service::COMPRESSION_ZSTD},
            {pipeline::Codec::kLz4, service::COMPRESSION_LZ4}}) {
+    auto recoded = Recode(shared, wanted);
+    REQUIRE(recoded.ok());
+    CHECK((*recoded)->codec == wanted);
+    CHECK((*recoded)->uncompressed_size == shared->uncompressed_size);
     service::ElementData data;
-    REQUIRE(FillElementData(other_holder, wanted, &data).ok());
+    REQUIRE(FillElementData(shared, wanted, &data).ok());
     CHECK(data.compression() == compression);
     CHECK(testing::DecodeInt(data) == 7);
   }
+}
 
-  service::ElementData moved;
-  const size_t size = other_holder->data.size();
-  shared.reset();
-  REQUIRE(FillElementData(std::move(other_holder), std::nullopt, &moved).ok());
-  CHECK(moved.data().size() == size);
+TEST_CASE("worker_encoding: uncompressed elements view the tensors' memory") {
+  pipeline::Element e = BigElement(64 << 10);
+  auto none = EncodeForWire(e, service::COMPRESSION_NONE);
+  REQUIRE(none.ok());
+  const pipeline::Tensor* payload = nullptr;
+  for (const auto& [name, t] : e.fields()) {
+    if (t.nbytes() >= (16 << 10)) payload = &t;
+  }
+  REQUIRE(payload != nullptr);
+  bool viewed = false;
+  for (const auto& r : (*none)->bytes.ranges()) {
+    viewed = viewed || r.data == reinterpret_cast<const char*>(payload->raw());
+  }
+  CHECK(viewed);
+  CHECK((*none)->bytes.Flatten() == pipeline::EncodeElement(e));
 }
 
 TEST_CASE("worker_cancel_token runs callbacks once and not after Unregister") {

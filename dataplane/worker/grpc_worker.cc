@@ -1,13 +1,45 @@
 #include "dataplane/worker/grpc_worker.h"
 
+#include <grpcpp/support/proto_buffer_reader.h>
+
+#include <deque>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/log.h"
+#include "dataplane/worker/response_encoder.h"
 
 namespace sluice::worker {
 namespace {
 
 std::chrono::system_clock::time_point ToChrono(absl::Time t) { return absl::ToChronoTime(t); }
+
+// gRPC slices over the ranges of `bytes`: each slice holds a reference to its range's owner, which
+// gRPC releases when it has sent the bytes. Nothing is copied.
+grpc::ByteBuffer ToByteBuffer(const pipeline::WireBytes& bytes) {
+  std::vector<grpc::Slice> slices;
+  slices.reserve(bytes.ranges().size());
+  for (const pipeline::WireBytes::Range& r : bytes.ranges()) {
+    auto* owner = new std::shared_ptr<const void>(r.owner);
+    slices.emplace_back(
+        const_cast<char*>(r.data), r.size, +[](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); },
+        owner);
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+// The GetElements request of a raw (ByteBuffer) call.
+absl::StatusOr<service::GetElementsRequest> ParseRequest(const grpc::ByteBuffer* request) {
+  service::GetElementsRequest parsed;
+  grpc::ByteBuffer copy(*request);  // shares the slices
+  grpc::Status s = grpc::GenericDeserialize<grpc::ProtoBufferReader, service::GetElementsRequest>(&copy, &parsed);
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("GetElementsRequest does not parse (", request->Length(),
+                                                   " bytes): ", s.error_message()));
+  }
+  return parsed;
+}
 
 // Runs one unary call through the stub's callback API, waiting for it while honouring the token.
 template <typename Request, typename Response, typename Start>
@@ -109,55 +141,94 @@ void CallThreads::JoinAll() {
 
 namespace {
 
-// One GetElements stream. Its sender thread runs WorkerImpl::StreamElements, writing one response
-// at a time; gRPC calls OnWriteDone/OnCancel/OnDone on its own threads. The reactor deletes itself in
+// One GetElements stream. Its sender thread runs WorkerImpl::StreamElements and queues encoded
+// responses (at most kMaxQueuedWrites); gRPC allows one write in flight, and OnWriteDone starts
+// the next queued one on gRPC's thread at once, so the stream never waits for the sender thread
+// to wake up. OnWriteDone/OnCancel/OnDone run on gRPC's threads. The reactor deletes itself in
 // OnDone, which gRPC calls only after Finish, and Finish is the sender thread's last act.
-class ElementStreamReactor : public grpc::ServerWriteReactor<service::GetElementsResponse> {
+class ElementStreamReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  ElementStreamReactor(WorkerImpl* worker, service::GetElementsRequest request)
+  ElementStreamReactor(WorkerImpl* worker, absl::StatusOr<service::GetElementsRequest> request)
       : worker_(worker), request_(std::move(request)) {}
 
   void Run() {
     absl::Status status;
-    if (worker_ == nullptr) {
+    if (!request_.ok()) {
+      status = request_.status();
+    } else if (worker_ == nullptr) {
       status = absl::UnavailableError("the worker is starting up");
     } else {
-      status = worker_->StreamElements(request_, &cancel_, [this](service::GetElementsResponse& r) { return Write(r); });
+      status = worker_->StreamElements(*request_, &cancel_, [this](ElementsResponse& r) { return Write(r); });
     }
+    // Every queued write must complete before Finish (and before OnDone can delete this reactor).
+    if (!AwaitWritesDone() && status.ok()) status = absl::CancelledError("the client closed the stream");
     if (absl::IsCancelled(status) && cancel_.cancelled()) status = absl::CancelledError("the client cancelled the stream");
     Finish(rpc::ToGrpc(status));
   }
 
   void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
-    write_pending_ = false;
-    write_ok_ = ok;
+    grpc::ByteBuffer done;
+    {
+      absl::MutexLock lock(&mu_);
+      done.Swap(&in_flight_);  // released below, outside the lock
+      if (!ok) {
+        failed_ = true;
+        queued_.clear();
+      }
+      if (queued_.empty()) {
+        writing_ = false;
+        return;
+      }
+      in_flight_.Swap(&queued_.front());
+      queued_.pop_front();
+    }
+    StartWrite(&in_flight_);
   }
   void OnCancel() override { cancel_.Cancel(); }
   void OnDone() override { delete this; }
 
  private:
-  bool Write(service::GetElementsResponse& response) {
-    response_.Swap(&response);
+  static constexpr size_t kMaxQueuedWrites = 2;
+
+  // Queues `response` for writing (starting the write when none is in flight), waiting while
+  // kMaxQueuedWrites are queued. False when a write failed (the stream broke or was cancelled).
+  bool Write(const ElementsResponse& response) {
+    grpc::ByteBuffer next = ToByteBuffer(EncodeElementsResponse(response));
     {
       absl::MutexLock lock(&mu_);
-      write_pending_ = true;
+      auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return failed_ || queued_.size() < kMaxQueuedWrites; };
+      mu_.Await(absl::Condition(&room));
+      if (failed_) return false;
+      if (writing_) {
+        queued_.push_back(std::move(next));
+        return true;
+      }
+      writing_ = true;
+      in_flight_.Swap(&next);
     }
-    StartWrite(&response_);
+    StartWrite(&in_flight_);
+    return true;
+  }
+
+  // Waits until every queued write completed; false when one failed.
+  bool AwaitWritesDone() {
     absl::MutexLock lock(&mu_);
     // OnWriteDone always comes, with ok=false when the stream broke or was cancelled.
-    mu_.Await(absl::Condition(+[](bool* pending) { return !*pending; }, &write_pending_));
-    response_.Clear();
-    return write_ok_;
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !writing_; };
+    mu_.Await(absl::Condition(&idle));
+    return !failed_;
   }
 
   WorkerImpl* const worker_;
-  const service::GetElementsRequest request_;
+  const absl::StatusOr<service::GetElementsRequest> request_;
   CancelToken cancel_;
-  service::GetElementsResponse response_;  // the write in flight
   absl::Mutex mu_;
-  bool write_pending_ ABSL_GUARDED_BY(mu_) = false;
-  bool write_ok_ ABSL_GUARDED_BY(mu_) = true;
+  // The write in flight: set by whoever sets writing_ (Write) or keeps it set (OnWriteDone); only
+  // one write is in flight, so only that thread touches it until the write completes.
+  grpc::ByteBuffer in_flight_;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<grpc::ByteBuffer> queued_ ABSL_GUARDED_BY(mu_);
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 class ElementReactor : public grpc::ServerUnaryReactor {
@@ -191,9 +262,9 @@ class ElementReactor : public grpc::ServerUnaryReactor {
 
 }  // namespace
 
-grpc::ServerWriteReactor<service::GetElementsResponse>* WorkerService::GetElements(
-    grpc::CallbackServerContext*, const service::GetElementsRequest* request) {
-  auto* reactor = new ElementStreamReactor(worker_.load(), *request);
+grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerService::GetElements(grpc::CallbackServerContext*,
+                                                                        const grpc::ByteBuffer* request) {
+  auto* reactor = new ElementStreamReactor(worker_.load(), ParseRequest(request));
   ++streams_started_;
   threads_.Spawn([reactor] { reactor->Run(); });
   return reactor;

@@ -3,7 +3,8 @@
 //    deadline and is cancelled at once through its CancelToken);
 //  - WorkerService: the Worker service. GetElements runs a server-streaming reactor whose sender
 //    runs on a thread of its own (one per active stream): it keeps one write in flight (gRPC flow
-//    control) and moves encoded bytes into the response without copying. GetElement (coordinated
+//    control) while it prepares the next, and hands the element bytes to gRPC as slices over the
+//    tensors' memory (response_encoder.h), without copying. GetElement (coordinated
 //    reads) is answered on gRPC's thread when the answer is ready, else on a thread of its own, so
 //    gRPC's threads never block;
 //  - WorkerServer: the grpc::Server with TLS/mTLS from dataplane/rpc, and the graceful shutdown
@@ -70,14 +71,16 @@ class CallThreads {
   size_t active_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-class WorkerService : public service::Worker::CallbackService {
+// GetElements is a raw method: its responses are written as bytes (response_encoder.h) so that
+// element payloads go to the transport as views of the tensors' memory.
+class WorkerService : public service::Worker::WithRawCallbackMethod_GetElements<service::Worker::CallbackService> {
  public:
   // Calls before SetWorker fail with UNAVAILABLE (the server starts before the worker knows its port).
   WorkerService() = default;
   void SetWorker(WorkerImpl* worker) { worker_.store(worker); }
 
-  grpc::ServerWriteReactor<service::GetElementsResponse>* GetElements(
-      grpc::CallbackServerContext* context, const service::GetElementsRequest* request) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* GetElements(grpc::CallbackServerContext* context,
+                                                         const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* GetElement(grpc::CallbackServerContext* context, const service::GetElementsRequest* request,
                                        service::GetElementsResponse* response) override;
 

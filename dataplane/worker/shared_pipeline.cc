@@ -63,7 +63,7 @@ void SharedPipelineRun::ProduceLoop() {
       done_ = true;
       break;
     }
-    if (metrics_ != nullptr) metrics_->AddProduced(1, static_cast<int64_t>((*encoded)->data.size()));
+    if (metrics_ != nullptr) metrics_->AddProduced(1, static_cast<int64_t>((*encoded)->size()));
     elements_.push_back(*std::move(encoded));
   }
   iterator->reset();

@@ -94,7 +94,7 @@ class PipelineProducer : public ElementProducer {
         auto encoded = EncodeForWire(**next, task_.compression());
         if (!encoded.ok()) return Annotate(encoded.status(), task_, "encoding an element");
         ++produced_in_epoch_;
-        if (metrics_ != nullptr) metrics_->AddProduced(1, static_cast<int64_t>((*encoded)->data.size()));
+        if (metrics_ != nullptr) metrics_->AddProduced(1, static_cast<int64_t>((*encoded)->size()));
         return std::optional<EncodedElementPtr>(*std::move(encoded));
       }
       iterator_.reset();

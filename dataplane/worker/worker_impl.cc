@@ -214,7 +214,7 @@ absl::StatusOr<std::shared_ptr<TaskRunner>> WorkerImpl::FindTask(int64_t task_id
 }
 
 absl::Status WorkerImpl::StreamElements(const service::GetElementsRequest& request, CancelToken* cancel,
-                                        const std::function<bool(service::GetElementsResponse&)>& write) {
+                                        const std::function<bool(ElementsResponse&)>& write) {
   if (request.max_elements() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_elements must be >= 0 (0: pack elements up to ~1 MiB per response), got ", request.max_elements()));
@@ -240,18 +240,20 @@ absl::Status WorkerImpl::StreamElements(const service::GetElementsRequest& reque
     if (IsCancelled(cancel)) return absl::CancelledError("the stream was cancelled");
     auto batch = (*runner)->GetNextBatch(max_elements, config_.max_response_bytes, cancel);
     if (!batch.ok()) return batch.status();
-    service::GetElementsResponse response;
-    response.mutable_elements()->Reserve(static_cast<int>(batch->elements.size()));
+    ElementsResponse response;
+    response.elements.reserve(batch->elements.size());
     for (EncodedElementPtr& element : batch->elements) {
-      if (element->data.size() > max_payload) {
+      auto recoded = Recode(std::move(element), wanted);
+      if (!recoded.ok()) return recoded.status();
+      if ((*recoded)->size() > max_payload) {
         return absl::ResourceExhaustedError(absl::StrCat(
-            "an element of task_id ", request.task_id(), " is ", element->data.size(),
+            "an element of task_id ", request.task_id(), " is ", (*recoded)->size(),
             " bytes, more than --max_message_bytes allows (", config_.max_message_bytes,
             "); raise --max_message_bytes on the worker and the clients, or make elements smaller"));
       }
-      if (auto s = FillElementData(std::move(element), wanted, response.add_elements()); !s.ok()) return s;
+      response.elements.push_back(*std::move(recoded));
     }
-    response.set_end_of_sequence(batch->end_of_sequence);
+    response.end_of_sequence = batch->end_of_sequence;
     if (!write(response)) return absl::CancelledError("the client closed the stream");
     if (batch->end_of_sequence) return absl::OkStatus();
   }

@@ -25,6 +25,7 @@
 #include "dataplane/rpc/credentials.h"
 #include "dataplane/worker/cancel_token.h"
 #include "dataplane/worker/dispatcher_client.h"
+#include "dataplane/worker/response_encoder.h"
 #include "dataplane/worker/shared_pipeline.h"
 #include "dataplane/worker/task_runner.h"
 #include "dataplane/worker/worker_metrics.h"
@@ -57,10 +58,11 @@ class WorkerImpl {
   // One heartbeat now: reports progress, applies the answer (new tasks, deletions).
   absl::Status Heartbeat(const CallOptions& options = {});
 
-  // Streams the request's task: calls `write` with each response (it returns false when the
-  // client is gone) until end_of_sequence, an error, or `cancel`.
+  // Streams the request's task: calls `write` with each response, its elements in the codec the
+  // request asks for (`write` returns false when the client is gone), until end_of_sequence, an
+  // error, or `cancel`. EncodeElementsResponse (response_encoder.h) makes the wire bytes.
   absl::Status StreamElements(const service::GetElementsRequest& request, CancelToken* cancel,
-                              const std::function<bool(service::GetElementsResponse&)>& write);
+                              const std::function<bool(ElementsResponse&)>& write);
   // Coordinated reads: the element of request.round for request.consumer_index. With `cancel`
   // already cancelled it does not wait: CANCELLED means "not ready without waiting".
   absl::StatusOr<service::GetElementsResponse> GetElement(const service::GetElementsRequest& request,

@@ -36,7 +36,10 @@ struct Collected {
 
 absl::Status Stream(WorkerImpl& worker, const service::GetElementsRequest& request, Collected* out,
                     CancelToken* cancel = nullptr) {
-  return worker.StreamElements(request, cancel, [out](service::GetElementsResponse& r) {
+  return worker.StreamElements(request, cancel, [out](ElementsResponse& response) {
+    // The bytes the gRPC adapter sends, read back as the client's protobuf code reads them.
+    service::GetElementsResponse r;
+    REQUIRE(r.ParseFromString(EncodeElementsResponse(response).Flatten()));
     for (const auto& e : r.elements()) out->values.push_back(testing::DecodeInt(e));
     out->responses.push_back(r);
     return true;
@@ -259,14 +262,14 @@ TEST_CASE("worker_impl: a cancelled stream ends promptly") {
   REQUIRE(worker.Heartbeat().ok());
   CancelToken token;
   int writes = 0;
-  absl::Status status = worker.StreamElements(ReadRequest(1), &token, [&](service::GetElementsResponse&) {
+  absl::Status status = worker.StreamElements(ReadRequest(1), &token, [&](ElementsResponse&) {
     if (++writes == 3) token.Cancel();
     return true;
   });
   CHECK(absl::IsCancelled(status));
   CHECK(writes == 3);
   int refused = 0;
-  absl::Status gone = worker.StreamElements(ReadRequest(1), nullptr, [&](service::GetElementsResponse&) {
+  absl::Status gone = worker.StreamElements(ReadRequest(1), nullptr, [&](ElementsResponse&) {
     ++refused;
     return false;  // the client went away
   });
