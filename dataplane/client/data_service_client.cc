@@ -17,7 +17,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/log.h"
+#include "common/runtime_tuning.h"
 #include "dataplane/client/backoff.h"
+#include "dataplane/client/buffer_pool.h"
 #include "dataplane/client/element_decoder.h"
 #include "dataplane/client/round_robin.h"
 #include "dataplane/client/stall_meter.h"
@@ -210,6 +212,8 @@ class DataServiceClient::Impl {
   std::shared_ptr<grpc::ChannelCredentials> credentials_;
   grpc::ChannelArguments channel_args_;
   std::unique_ptr<service::Dispatcher::Stub> dispatcher_;
+  // Buffers of consumed elements, parsed into again (at most 256 buffers, 64 MiB).
+  const std::shared_ptr<BufferPool> buffers_ = BufferPool::Create(256, 64 << 20);
   std::thread heartbeat_thread_;
   std::thread round_thread_;
 
@@ -610,12 +614,14 @@ void DataServiceClient::Impl::ReaderLoop(TaskReader* r) {
     bool end_of_sequence = false;
     bool progressed = false;
     absl::Status bad;
+    // Reused across reads: protobuf keeps its ElementData objects, and each element's data field
+    // holds a recycled buffer (buffers_) for the next parse.
+    service::GetElementsResponse resp;
     while (true) {
       {
         absl::MutexLock l(&mu_);
         if (!AcquireSlotLocked(&r->stop)) break;
       }
-      service::GetElementsResponse resp;
       if (!stream->Read(&resp)) {
         absl::MutexLock l(&mu_);
         ReleaseSlotLocked();
@@ -624,7 +630,7 @@ void DataServiceClient::Impl::ReaderLoop(TaskReader* r) {
       std::vector<DecodedElement> decoded;
       decoded.reserve(static_cast<size_t>(resp.elements_size()));
       for (int i = 0; i < resp.elements_size(); ++i) {
-        auto d = DecodeElementData(*resp.mutable_elements(i), opts_.max_element_bytes);
+        auto d = DecodeElementData(*resp.mutable_elements(i), opts_.max_element_bytes, buffers_.get());
         if (!d.ok()) {
           bad = absl::InvalidArgumentError(
               absl::StrCat(where, ": malformed response (element ", i, "): ", d.status().message()));
@@ -883,6 +889,7 @@ DataServiceClient::DataServiceClient(std::unique_ptr<Impl> impl) : impl_(std::mo
 DataServiceClient::~DataServiceClient() = default;
 
 absl::StatusOr<std::unique_ptr<DataServiceClient>> DataServiceClient::Create(DataServiceClientOptions options) {
+  TuneRuntime();  // once per process; see common/runtime_tuning.h
   auto impl = std::make_unique<Impl>(std::move(options));
   if (auto s = impl->Start(); !s.ok()) return s;
   return std::unique_ptr<DataServiceClient>(new DataServiceClient(std::move(impl)));

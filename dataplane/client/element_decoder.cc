@@ -9,7 +9,8 @@
 
 namespace sluice::client {
 
-absl::StatusOr<DecodedElement> DecodeElementData(service::ElementData& data, uint64_t max_element_bytes) {
+absl::StatusOr<DecodedElement> DecodeElementData(service::ElementData& data, uint64_t max_element_bytes,
+                                                 BufferPool* pool) {
   const uint64_t size = data.uncompressed_size();
   if (size > max_element_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("element declares uncompressed_size ", size,
@@ -25,13 +26,22 @@ absl::StatusOr<DecodedElement> DecodeElementData(service::ElementData& data, uin
       return absl::InvalidArgumentError(absl::StrCat("element has compression ", static_cast<int>(data.compression()),
                                                      ", which is not a concrete codec (NONE, LZ4 or ZSTD)"));
   }
-  std::shared_ptr<std::string> bytes;
+  auto share = [pool](std::string b) -> std::shared_ptr<const std::string> {
+    if (pool != nullptr) return pool->Adopt(std::move(b));
+    return std::make_shared<const std::string>(std::move(b));
+  };
+  std::shared_ptr<const std::string> bytes;
   if (codec == pipeline::Codec::kNone) {
     if (data.data().size() != size) {
       return absl::InvalidArgumentError(absl::StrCat("uncompressed element is ", data.data().size(),
                                                      " bytes but declares uncompressed_size ", size));
     }
-    bytes = std::make_shared<std::string>(std::move(*data.mutable_data()));
+    bytes = share(std::move(*data.mutable_data()));
+    if (pool != nullptr) {
+      *data.mutable_data() = pool->Take();
+    } else {
+      data.clear_data();
+    }
   } else {
     auto out = pipeline::Decompress(data.data(), codec, size);
     if (!out.ok()) {
@@ -39,9 +49,9 @@ absl::StatusOr<DecodedElement> DecodeElementData(service::ElementData& data, uin
                                                      " compressed bytes, uncompressed_size ", size,
                                                      "): ", out.status().message()));
     }
-    bytes = std::make_shared<std::string>(*std::move(out));
+    bytes = share(*std::move(out));
+    data.clear_data();
   }
-  data.clear_data();
   auto element = pipeline::DecodeElement(bytes);
   if (!element.ok()) return absl::InvalidArgumentError(absl::StrCat("cannot decode element: ", element.status().message()));
   return DecodedElement{*std::move(element), size};

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "dataplane/client/buffer_pool.h"
 #include "dataplane/pipeline/tensor.h"
 #include "dataservice.pb.h"
 
@@ -19,9 +20,12 @@ struct DecodedElement {
   uint64_t bytes = 0;  // size of the decoded buffer the element's tensors keep alive
 };
 
-// Consumes `data.data()` (left empty). `max_element_bytes` bounds uncompressed_size before any
-// allocation, so a lying size cannot make the client allocate arbitrary memory.
-absl::StatusOr<DecodedElement> DecodeElementData(service::ElementData& data, uint64_t max_element_bytes);
+// Consumes `data.data()` (left empty; with a `pool`, holding a recycled buffer for the next parse
+// into the same message). `max_element_bytes` bounds uncompressed_size before any allocation, so a
+// lying size cannot make the client allocate arbitrary memory. With a `pool`, the element's
+// buffer returns to it when the element's last tensor is dropped.
+absl::StatusOr<DecodedElement> DecodeElementData(service::ElementData& data, uint64_t max_element_bytes,
+                                                 BufferPool* pool = nullptr);
 
 }  // namespace sluice::client
 
