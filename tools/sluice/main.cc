@@ -14,6 +14,9 @@
 #ifdef HAVE_SLUICE_BENCH_DATASERVICE
 #include "bench/dataservice_benchmarks.h"
 #endif
+#ifdef SLUICE_HAVE_OPERATOR_BENCH
+#include "bench/operator/operator_bench.h"
+#endif
 
 int main(int argc, char** argv) {
   // The benchmarks and `sluice up` read the data service in this process.
@@ -66,6 +69,13 @@ int main(int argc, char** argv) {
 #endif
 #ifdef HAVE_SLUICE_BENCH_DATASERVICE
   sluice::bench::AddDataServiceBenchmarks(bench, rc);
+#endif
+#ifdef SLUICE_HAVE_OPERATOR_BENCH
+  sluice::bench::OperatorBenchOptions operator_bench;
+  auto* bench_operator = bench->add_subcommand(
+      "operator", "DataService operator at scale against the test API server and simulated nodes");
+  sluice::bench::AddOperatorBenchFlags(bench_operator, operator_bench);
+  bench_operator->callback([&] { rc = sluice::bench::RunOperatorBenchmark(operator_bench); });
 #endif
 #ifdef HAVE_SLUICE_CLI_DATASERVICE
   sluice::cli::AddDataServiceCommands(app, rc);
