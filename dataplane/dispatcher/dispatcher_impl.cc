@@ -477,6 +477,16 @@ absl::Status DispatcherService::RemoveWorkerLocked(const std::string& address, c
   std::set<int64_t> jobs;
   for (int64_t t : worker->tasks) jobs.insert(state_.FindTask(t)->job_id);
   const int64_t num_tasks = static_cast<int64_t>(worker->tasks.size());
+  // The splits it reads under a lease come back as remainders (counted per job).
+  std::map<int64_t, int64_t> remainders;
+  for (int64_t t : worker->tasks) {
+    const DispatcherState::Job* job = state_.FindJob(state_.FindTask(t)->job_id);
+    if (job->splits) {
+      for (const auto& [index, r] : job->splits->reading) {
+        if (r.task == t && r.lease_end >= 0) ++remainders[job->id];
+      }
+    }
+  }
   Update u;
   u.mutable_remove_worker()->set_worker_address(address);
   u.mutable_remove_worker()->set_reason(reason);
@@ -485,7 +495,16 @@ absl::Status DispatcherService::RemoveWorkerLocked(const std::string& address, c
   worker_listed_tasks_.erase(address);
   worker_stats_.erase(address);
   if (metrics_ != nullptr) metrics_->AddWorkerRemoval(reason);
-  SLUICE_LOG(Warning, "worker removed").With("worker_address", address).With("reason", reason).With("tasks", num_tasks);
+  int64_t num_remainders = 0;
+  for (const auto& [job_id, n] : remainders) {
+    num_remainders += n;
+    if (metrics_ != nullptr) metrics_->AddSplitRemainders(JobLabel(*state_.FindJob(job_id)), n);
+  }
+  SLUICE_LOG(Warning, "worker removed")
+      .With("worker_address", address)
+      .With("reason", reason)
+      .With("tasks", num_tasks)
+      .With("split_remainders", num_remainders);
   for (int64_t job_id : jobs) {
     if (absl::Status s = FinishJobIfDoneLocked(job_id); !s.ok()) return s;
   }
@@ -667,6 +686,14 @@ absl::Status DispatcherService::GetSplitsLocked(const service::GetSplitsRequest&
                                                        "; dataset ", dataset.id, " has ", dataset.splits.size(), " splits"));
       }
     }
+    for (int i = 0; i < request.progress_size(); ++i) {
+      const service::SplitProgress& p = request.progress(i);
+      if (p.index() >= dataset.splits.size() || p.lease_end() < -1 || p.epoch() < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "progress[", i, "] has index ", p.index(), ", epoch ", p.epoch(), ", lease_end ", p.lease_end(),
+            "; dataset ", dataset.id, " has ", dataset.splits.size(), " splits, epochs are >= 0, lease_end >= -1"));
+      }
+    }
     worker_seen_[task->worker_address] = clock_->Now();  // a GetSplits proves the worker alive too
     const int64_t task_id = task->id;
     const int64_t job_id = job->id;
@@ -705,7 +732,42 @@ absl::Status DispatcherService::GetSplitsLocked(const service::GetSplitsRequest&
         if (absl::Status st = Commit(u); !st.ok()) return st;
       }
     }
-    auto all_started = [&]() { return s->queue.empty() && s->assigned.empty(); };
+    // Position leases and finished splits of the current epoch (after the starts: a start and
+    // its first lease travel together). Reports for an epoch that is over, or for splits this
+    // task no longer reads (a restarted dispatcher, a retried call), change nothing.
+    if (request.progress_size() > 0) {
+      const DispatcherState::SplitState* now = splits_state();
+      Update u;
+      auto* progress = u.mutable_split_progress();
+      progress->set_job_id(job_id);
+      progress->set_task_id(task_id);
+      progress->set_epoch(now->epoch);
+      std::set<uint64_t> seen;
+      for (const service::SplitProgress& p : request.progress()) {
+        auto it = now->reading.find(p.index());
+        if (p.epoch() != now->epoch || it == now->reading.end() || it->second.task != task_id ||
+            !seen.insert(p.index()).second) {
+          continue;
+        }
+        service::SplitProgress* entry = progress->add_progress();
+        *entry = p;
+        if (entry->lease_end() < it->second.lease_end) entry->set_lease_end(-1);
+      }
+      if (progress->progress_size() > 0) {
+        if (absl::Status st = Commit(u); !st.ok()) return st;
+      }
+      s = splits_state();  // finishing the last leased split may end the epoch
+      if (s == nullptr) {
+        response->set_end_of_splits(true);
+        return absl::OkStatus();
+      }
+    }
+    // Every split of the epoch is started, and no other task reads one under a lease (if that
+    // task is lost, the remainder comes back to the queue for the tasks still asking).
+    auto all_started = [&]() {
+      return s->queue.empty() && s->assigned.empty() &&
+             !DispatcherState::OtherTaskHoldsLease(*state_.FindJob(job_id), task_id);
+    };
     auto reach_end = [&]() -> absl::Status {
       if (s->tasks_at_epoch_end.count(task_id)) return absl::OkStatus();
       Update u;
@@ -726,7 +788,9 @@ absl::Status DispatcherService::GetSplitsLocked(const service::GetSplitsRequest&
       const size_t n = std::min(static_cast<size_t>(max_splits), s->queue.size());
       for (size_t i = 0; i < n; ++i) {
         a->add_split_indices(s->queue[i]);
-        *response->add_splits() = dataset.splits[s->queue[i]];
+        service::Split* split = response->add_splits();
+        *split = dataset.splits[s->queue[i]];
+        split->set_skip(DispatcherState::SkipOf(*state_.FindJob(job_id), s->queue[i]));
       }
       if (absl::Status st = Commit(u); !st.ok()) return st;
       if (metrics_ != nullptr) metrics_->AddSplitsServed(JobLabel(*state_.FindJob(job_id)), static_cast<int64_t>(n));

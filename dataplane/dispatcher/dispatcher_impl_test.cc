@@ -573,6 +573,72 @@ TEST_CASE("epochs: the next one opens when every task reached the end") {
         std::vector<int64_t>{t2});
 }
 
+TEST_CASE("position leases: a lost worker's split comes back from its lease's end; others wait for it") {
+  DispatcherOptions options;
+  options.worker_timeout = absl::Seconds(5);
+  ServiceHarness h("", options);
+  Driver d{h.service()};
+  const std::string ds = d.Register(RangePipeline(20, 10));  // splits [0,10) and [10,20)
+  auto job = d.MustJob(ds, service::SHARDING_DYNAMIC, "train");
+  const int64_t t1 = d.TaskOf("w1:1", job.job_id());
+  const int64_t t2 = d.TaskOf("w2:1", job.job_id());
+  auto call = [&](int64_t task, const std::string& address, int max, std::vector<uint64_t> started,
+                  std::vector<service::SplitProgress> progress) {
+    service::GetSplitsRequest req;
+    req.set_task_id(task);
+    req.set_worker_address(address);
+    req.set_max_splits(max);
+    for (auto i : started) req.add_started_split_indices(i);
+    for (auto& p : progress) *req.add_progress() = p;
+    service::GetSplitsResponse resp;
+    absl::Status st = h.service().GetSplits(req, &resp);
+    INFO(st.ToString());
+    REQUIRE(st.ok());
+    return resp;
+  };
+  auto lease = [](uint64_t index, int64_t end, bool finished = false) {
+    service::SplitProgress p;
+    p.set_index(index);
+    p.set_lease_end(end);
+    p.set_finished(finished);
+    return p;
+  };
+  CHECK(Indices(call(t1, "w1:1", 1, {}, {})) == std::vector<uint64_t>{0});
+  CHECK(Indices(call(t2, "w2:1", 1, {}, {})) == std::vector<uint64_t>{1});
+  // Both start with a lease; t2 reads its split to the end.
+  call(t1, "w1:1", 0, {0}, {lease(0, 4)});
+  call(t2, "w2:1", 0, {1}, {lease(1, 4)});
+  call(t2, "w2:1", 0, {}, {lease(1, 10, true)});
+  // Everything is started, but t1 reads split 0 under a lease: t2 is not told the end yet.
+  auto wait = call(t2, "w2:1", 4, {}, {});
+  CHECK(wait.splits_size() == 0);
+  CHECK(!wait.end_of_splits());
+  // Malformed progress is refused, naming the entry.
+  service::GetSplitsRequest bad;
+  bad.set_task_id(t2);
+  *bad.add_progress() = lease(7, 1);
+  service::GetSplitsResponse bad_resp;
+  absl::Status st = h.service().GetSplits(bad, &bad_resp);
+  CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Contains(st, "progress[0] has index 7"));
+  // Progress for a split another task reads changes nothing.
+  call(t2, "w2:1", 0, {}, {lease(0, 100, true)});
+  CHECK(!call(t2, "w2:1", 4, {}, {}).end_of_splits());
+  // w1 goes silent and is removed: split 0 comes back from element 4 on.
+  h.clock().Advance(absl::Seconds(3));
+  d.Heartbeat("w2:1", {t2});
+  h.clock().Advance(absl::Seconds(3));
+  h.service().Tick();
+  CHECK(MetricValue(h.registry(), "sluice_dispatcher_split_remainders_total", "train") == 1);
+  auto remainder = call(t2, "w2:1", 4, {}, {});
+  REQUIRE(remainder.splits_size() == 1);
+  CHECK(remainder.splits(0).index() == 0);
+  CHECK(remainder.splits(0).skip() == 4);
+  call(t2, "w2:1", 0, {0}, {lease(0, 12)});
+  CHECK(call(t2, "w2:1", 0, {}, {lease(0, -1, true)}).end_of_splits());
+  CHECK(d.JobInfo(job.job_id()).splits_served() == 3);
+}
+
 TEST_CASE("a timed-out worker's unstarted splits go to the front; started ones never come back") {
   DispatcherOptions options;
   options.worker_timeout = absl::Seconds(5);

@@ -24,6 +24,8 @@ DispatcherMetrics::DispatcherMetrics(prometheus::Registry& registry, std::string
       client_bytes_(CounterFamily(registry, "sluice_client_bytes_total", "Bytes the job's clients consumed")),
       splits_served_(CounterFamily(registry, "sluice_dispatcher_splits_served_total",
                                    "Splits handed to workers under dynamic sharding")),
+      split_remainders_(CounterFamily(registry, "sluice_dispatcher_split_remainders_total",
+                                      "Splits a lost worker was reading under a lease, queued again from the lease's end")),
       worker_removals_(CounterFamily(registry, "sluice_dispatcher_worker_removals_total",
                                      "Workers removed, by reason (heartbeat timeout, deregistered, restarted)")),
       snapshots_(CounterFamily(registry, "sluice_dispatcher_snapshots_total", "Journal snapshots written")
@@ -49,6 +51,10 @@ void DispatcherMetrics::AddClientMetrics(const std::string& job, const service::
 
 void DispatcherMetrics::AddSplitsServed(const std::string& job, int64_t n) {
   splits_served_.Add(JobLabels(job)).Increment(static_cast<double>(n));
+}
+
+void DispatcherMetrics::AddSplitRemainders(const std::string& job, int64_t n) {
+  split_remainders_.Add(JobLabels(job)).Increment(static_cast<double>(n));
 }
 
 void DispatcherMetrics::AddWorkerRemoval(const std::string& reason) {

@@ -2,6 +2,7 @@
 //   sluice_client_wait_seconds_total, sluice_client_step_seconds_total, sluice_client_elements_total,
 //   sluice_client_bytes_total                     {dataservice, job}  summed over the job's clients
 //   sluice_dispatcher_splits_served_total         {dataservice, job}
+//   sluice_dispatcher_split_remainders_total      {dataservice, job}  leased splits of lost workers re-queued
 //   sluice_dispatcher_jobs                        {dataservice}       jobs not finished
 //   sluice_dispatcher_workers                     {dataservice, placement=local|remote}
 //   sluice_dispatcher_journal_bytes               {dataservice}
@@ -31,6 +32,7 @@ class DispatcherMetrics {
   // `delta` holds increments (>= 0) of the client counters.
   void AddClientMetrics(const std::string& job, const service::ClientMetrics& delta);
   void AddSplitsServed(const std::string& job, int64_t n);
+  void AddSplitRemainders(const std::string& job, int64_t n);
   void AddWorkerRemoval(const std::string& reason);
   void AddSnapshot();
   void SetJobs(int64_t active_jobs);
@@ -46,6 +48,7 @@ class DispatcherMetrics {
   prometheus::Family<prometheus::Counter>& client_elements_;
   prometheus::Family<prometheus::Counter>& client_bytes_;
   prometheus::Family<prometheus::Counter>& splits_served_;
+  prometheus::Family<prometheus::Counter>& split_remainders_;
   prometheus::Family<prometheus::Counter>& worker_removals_;
   prometheus::Counter& snapshots_;
   prometheus::Gauge& jobs_;

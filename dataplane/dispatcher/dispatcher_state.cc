@@ -109,6 +109,20 @@ std::vector<uint64_t> DispatcherState::UnstartedSplitsOf(const Job& job, int64_t
   return out;
 }
 
+bool DispatcherState::OtherTaskHoldsLease(const Job& job, int64_t task_id) {
+  if (!job.splits) return false;
+  for (const auto& [index, r] : job.splits->reading) {
+    if (r.task != task_id && r.lease_end >= 0) return true;
+  }
+  return false;
+}
+
+int64_t DispatcherState::SkipOf(const Job& job, uint64_t index) {
+  if (!job.splits) return 0;
+  auto it = job.splits->skip.find(index);
+  return it == job.splits->skip.end() ? 0 : it->second;
+}
+
 // ---------------------------------------------------------------- Check
 
 absl::Status DispatcherState::Check(const Update& update) const {
@@ -129,6 +143,7 @@ absl::Status DispatcherState::Check(const Update& update) const {
     case Update::kRoundWatermark: return CheckRoundWatermark(update.round_watermark());
     case Update::kRestoreJob: return CheckRestoreJob(update.restore_job());
     case Update::kIdCounters: return CheckIdCounters(update.id_counters());
+    case Update::kSplitProgress: return CheckSplitProgress(update.split_progress());
     case Update::KIND_NOT_SET: break;
   }
   return absl::InvalidArgumentError(
@@ -379,6 +394,10 @@ absl::Status DispatcherState::CheckTaskEpochEnd(const service::TaskEpochEndUpdat
     return absl::FailedPreconditionError(absl::StrCat("task_epoch_end: epoch ", s.epoch, " of job ", u.job_id(), " has ",
                                                       s.queue.size() + s.assigned.size(), " splits not started"));
   }
+  if (OtherTaskHoldsLease(*job, u.task_id())) {
+    return absl::FailedPreconditionError(absl::StrCat("task_epoch_end: another task of job ", u.job_id(),
+                                                      " still reads a split of epoch ", s.epoch, " under a lease"));
+  }
   if (s.tasks_at_epoch_end.count(u.task_id())) {
     return absl::AlreadyExistsError(
         absl::StrCat("task_epoch_end: task ", u.task_id(), " already reached the end of epoch ", s.epoch));
@@ -404,7 +423,7 @@ absl::Status DispatcherState::CheckRestoreJob(const service::RestoreJobUpdate& u
   }
   if (!job->splits) {
     if (u.queued_size() || u.assigned_size() || u.started_size() || u.tasks_at_epoch_end_size() || u.epoch() ||
-        u.splits_exhausted()) {
+        u.splits_exhausted() || u.reading_size() || u.finished_size() || u.skips_size()) {
       return absl::InvalidArgumentError(absl::StrCat("restore_job: job ", u.job_id(), " has no split positions to restore"));
     }
     return absl::OkStatus();
@@ -458,6 +477,81 @@ absl::Status DispatcherState::CheckRestoreJob(const service::RestoreJobUpdate& u
           absl::StrCat("restore_job.tasks_at_epoch_end: task ", t, " is not a live task of job ", u.job_id()));
     }
   }
+  // Reading and finished splits are started ones, each in one of the two lists at most; skips
+  // belong to splits not started.
+  std::vector<bool> started(n, false);
+  for (const auto& r : u.started()) {
+    for (uint64_t i = r.begin(); i < r.end(); ++i) started[i] = true;
+  }
+  std::vector<bool> placed(n, false);
+  for (const auto& r : u.reading()) {
+    if (r.index() >= n || !started[r.index()] || placed[r.index()] || r.lease_end() < -1) {
+      return absl::InvalidArgumentError(absl::StrCat("restore_job.reading: split ", r.index(),
+                                                     " is not started, listed twice or has lease_end below -1"));
+    }
+    placed[r.index()] = true;
+    const Task* task = FindTask(r.task_id());
+    if (task == nullptr || task->job_id != u.job_id()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("restore_job.reading: task ", r.task_id(), " is not a task of job ", u.job_id()));
+    }
+  }
+  for (const auto& r : u.finished()) {
+    if (r.begin() > r.end() || r.end() > n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("restore_job.finished: range [", r.begin(), ", ", r.end(), ") is outside [0, ", n, ")"));
+    }
+    for (uint64_t i = r.begin(); i < r.end(); ++i) {
+      if (!started[i] || placed[i]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("restore_job.finished: split ", i, " is not started or is also reading"));
+      }
+      placed[i] = true;
+    }
+  }
+  for (const auto& k : u.skips()) {
+    if (k.index() >= n || started[k.index()] || k.skip() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("restore_job.skips: split ", k.index(), " is out of range, started, or has a negative skip"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherState::CheckSplitProgress(const service::SplitProgressUpdate& u) const {
+  const Job* job = FindJob(u.job_id());
+  if (job == nullptr) return UnknownJob("split_progress.job_id", u.job_id());
+  if (job->finished || !job->splits) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("split_progress.job_id ", u.job_id(), " is finished or does not use dynamic sharding"));
+  }
+  const Task* task = FindTask(u.task_id());
+  if (task == nullptr) return UnknownTask("split_progress.task_id", u.task_id());
+  if (task->job_id != u.job_id()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("split_progress.task_id ", u.task_id(), " is not a task of job ", u.job_id()));
+  }
+  const SplitState& s = *job->splits;
+  if (u.epoch() != s.epoch) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("split_progress.epoch ", u.epoch(), " is not job ", u.job_id(), "'s current epoch ", s.epoch));
+  }
+  if (u.progress_size() == 0) return absl::InvalidArgumentError("split_progress.progress is empty");
+  std::set<uint64_t> seen;
+  for (int i = 0; i < u.progress_size(); ++i) {
+    const service::SplitProgress& p = u.progress(i);
+    auto it = s.reading.find(p.index());
+    if (it == s.reading.end() || it->second.task != u.task_id() || !seen.insert(p.index()).second) {
+      return absl::FailedPreconditionError(absl::StrCat("split_progress.progress[", i, "].index ", p.index(),
+                                                        " is not a split task ", u.task_id(),
+                                                        " is reading (or it is repeated)"));
+    }
+    if (p.lease_end() < -1 || (p.lease_end() >= 0 && p.lease_end() < it->second.lease_end)) {
+      return absl::FailedPreconditionError(absl::StrCat("split_progress.progress[", i, "].lease_end ", p.lease_end(),
+                                                        " is below the split's lease ", it->second.lease_end,
+                                                        " (leases only grow; -1 leaves it unchanged)"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -491,6 +585,7 @@ absl::Status DispatcherState::Apply(const Update& update) {
     case Update::kRoundWatermark: DoRoundWatermark(update.round_watermark()); break;
     case Update::kRestoreJob: DoRestoreJob(update.restore_job()); break;
     case Update::kIdCounters: DoIdCounters(update.id_counters()); break;
+    case Update::kSplitProgress: DoSplitProgress(update.split_progress()); break;
     case Update::KIND_NOT_SET: break;  // rejected by Check
   }
   return absl::OkStatus();
@@ -512,6 +607,9 @@ void DispatcherState::RefillQueue(Job& job) {
   s.started.assign(n, false);
   s.num_started = 0;
   s.tasks_at_epoch_end.clear();
+  s.reading.clear();
+  s.finished.assign(n, false);
+  s.skip.clear();
 }
 
 void DispatcherState::DoCreateJob(const service::CreateJobUpdate& u) {
@@ -563,6 +661,24 @@ void DispatcherState::ReleaseTaskSplits(Job& job, int64_t task_id) {
     s.assigned.erase(*it);
     s.queue.push_front(*it);
   }
+  // The splits it was reading: what lies past the lease was never read, so it goes back as a
+  // remainder (in front: it is older still). Without a lease nothing is known; the split counts
+  // as read (at most once).
+  std::vector<std::pair<uint64_t, int64_t>> remainders;
+  for (auto it = s.reading.begin(); it != s.reading.end();) {
+    if (it->second.task != task_id) {
+      ++it;
+      continue;
+    }
+    if (it->second.lease_end >= 0) remainders.emplace_back(it->first, it->second.lease_end);
+    it = s.reading.erase(it);
+  }
+  for (auto it = remainders.rbegin(); it != remainders.rend(); ++it) {
+    s.started[it->first] = false;
+    --s.num_started;
+    s.skip[it->first] = it->second;
+    s.queue.push_front(it->first);
+  }
   s.tasks_at_epoch_end.erase(task_id);
 }
 
@@ -570,6 +686,9 @@ void DispatcherState::MaybeAdvanceEpoch(Job& job) {
   if (job.finished || !job.splits) return;
   SplitState& s = *job.splits;
   if (s.exhausted || !s.queue.empty() || !s.assigned.empty() || s.tasks_at_epoch_end.empty()) return;
+  for (const auto& [index, r] : s.reading) {
+    if (r.lease_end >= 0) return;  // its reader may still be lost: the remainder belongs to this epoch
+  }
   for (int64_t t : job.tasks) {
     if (!tasks_.at(t).finished && !s.tasks_at_epoch_end.count(t)) return;
   }
@@ -634,7 +753,22 @@ void DispatcherState::DoStartSplits(const service::StartSplitsUpdate& u) {
     s.assigned.erase(index);
     s.started[index] = true;
     ++s.num_started;
+    s.reading[index] = SplitState::Reading{u.task_id(), -1};
+    s.skip.erase(index);
   }
+}
+
+void DispatcherState::DoSplitProgress(const service::SplitProgressUpdate& u) {
+  Job& job = jobs_.at(u.job_id());
+  SplitState& s = *job.splits;
+  for (const auto& p : u.progress()) {
+    if (p.lease_end() >= 0) s.reading[p.index()].lease_end = p.lease_end();
+    if (p.finished()) {
+      s.reading.erase(p.index());
+      s.finished[p.index()] = true;
+    }
+  }
+  MaybeAdvanceEpoch(job);
 }
 
 void DispatcherState::DoFinishJob(const service::FinishJobUpdate& u) {
@@ -689,6 +823,14 @@ void DispatcherState::DoRestoreJob(const service::RestoreJobUpdate& u) {
   }
   s.tasks_at_epoch_end = std::set<int64_t>(u.tasks_at_epoch_end().begin(), u.tasks_at_epoch_end().end());
   s.exhausted = u.splits_exhausted();
+  s.reading.clear();
+  for (const auto& r : u.reading()) s.reading[r.index()] = SplitState::Reading{r.task_id(), r.lease_end()};
+  s.finished.assign(n, false);
+  for (const auto& r : u.finished()) {
+    for (uint64_t i = r.begin(); i < r.end(); ++i) s.finished[i] = true;
+  }
+  s.skip.clear();
+  for (const auto& k : u.skips()) s.skip[k.index()] = k.skip();
 }
 
 void DispatcherState::DoIdCounters(const service::IdCountersUpdate& u) {
@@ -770,6 +912,22 @@ std::vector<Update> DispatcherState::ToSnapshotUpdates() const {
       AppendRanges(started, restore->mutable_started());
       for (int64_t t : s.tasks_at_epoch_end) restore->add_tasks_at_epoch_end(t);
       restore->set_splits_exhausted(s.exhausted);
+      for (const auto& [index, r] : s.reading) {
+        auto* reading = restore->add_reading();
+        reading->set_index(index);
+        reading->set_task_id(r.task);
+        reading->set_lease_end(r.lease_end);
+      }
+      std::vector<uint64_t> finished;
+      for (uint64_t i = 0; i < s.finished.size(); ++i) {
+        if (s.finished[i]) finished.push_back(i);
+      }
+      AppendRanges(finished, restore->mutable_finished());
+      for (const auto& [index, skip] : s.skip) {
+        auto* k = restore->add_skips();
+        k->set_index(index);
+        k->set_skip(skip);
+      }
     }
   }
   for (const auto& [address, w] : workers_) {
@@ -813,9 +971,17 @@ std::string DispatcherState::DebugString() const {
       for (const auto& [index, task] : s.assigned) assigned.push_back(absl::StrCat(index, ":", task));
       std::string started;
       for (bool b : s.started) started.push_back(b ? '1' : '0');
+      std::vector<std::string> reading;
+      for (const auto& [index, r] : s.reading) reading.push_back(absl::StrCat(index, ":", r.task, "@", r.lease_end));
+      std::string finished;
+      for (bool b : s.finished) finished.push_back(b ? '1' : '0');
+      std::vector<std::string> skips;
+      for (const auto& [index, skip] : s.skip) skips.push_back(absl::StrCat(index, "+", skip));
       absl::StrAppend(&out, "  splits epoch=", s.epoch, " exhausted=", s.exhausted, " queue=[",
                       absl::StrJoin(s.queue, ","), "] assigned=[", absl::StrJoin(assigned, ","), "] started=", started,
-                      " num_started=", s.num_started, " at_end=[", absl::StrJoin(s.tasks_at_epoch_end, ","), "]\n");
+                      " num_started=", s.num_started, " at_end=[", absl::StrJoin(s.tasks_at_epoch_end, ","),
+                      "] reading=[", absl::StrJoin(reading, ","), "] finished=", finished, " skips=[",
+                      absl::StrJoin(skips, ","), "]\n");
     }
   }
   return out;

@@ -9,7 +9,8 @@
 // that rebuilds the current state (journal compaction).
 //
 // Derived transitions happen inside Apply: returning a removed or finished task's assigned but
-// unstarted splits to the front of its job's queue, moving a dynamic job to its next epoch once
+// unstarted splits to the front of its job's queue, and the unread rest of each split it was
+// reading past its last position lease (a remainder: the split with `skip` set to the lease), moving a dynamic job to its next epoch once
 // every split was started and every live task reached the epoch's end, dropping a finished job's
 // tasks and split positions.
 //
@@ -49,6 +50,16 @@ class DispatcherState {
     int64_t num_started = 0;
     std::set<int64_t> tasks_at_epoch_end;       // live tasks told end_of_splits for `epoch`
     bool exhausted = false;                     // every epoch done
+    // Position leases: started and not finished splits, with their reader and the end of its
+    // lease (-1: none reported). While a task holds a lease, other tasks are not told the end of
+    // the epoch: if it is lost they read the remainder.
+    struct Reading {
+      int64_t task = 0;
+      int64_t lease_end = -1;
+    };
+    std::map<uint64_t, Reading> reading;
+    std::vector<bool> finished;                 // per split index, in this epoch: read to its end
+    std::map<uint64_t, int64_t> skip;           // remainders not started yet: elements to skip
   };
 
   struct Job {
@@ -110,6 +121,11 @@ class DispatcherState {
   const Task* FindTask(int64_t id) const;
   // Splits assigned to `task_id` and not started, ascending.
   std::vector<uint64_t> UnstartedSplitsOf(const Job& job, int64_t task_id) const;
+  // Whether a task other than `task_id` holds a position lease on a split it has not finished
+  // (a split that comes back as a remainder if that task is lost).
+  static bool OtherTaskHoldsLease(const Job& job, int64_t task_id);
+  // Elements to skip of split `index` when it is handed out (0 unless it is a remainder).
+  static int64_t SkipOf(const Job& job, uint64_t index);
 
   // Ids for new objects: never reused, also not after the object is gone.
   int64_t next_job_id() const { return next_job_id_; }
@@ -139,6 +155,7 @@ class DispatcherState {
   absl::Status CheckRoundWatermark(const service::RoundWatermarkUpdate& u) const;
   absl::Status CheckRestoreJob(const service::RestoreJobUpdate& u) const;
   absl::Status CheckIdCounters(const service::IdCountersUpdate& u) const;
+  absl::Status CheckSplitProgress(const service::SplitProgressUpdate& u) const;
 
   void DoRegisterDataset(const service::RegisterDatasetUpdate& u);
   void DoCreateJob(const service::CreateJobUpdate& u);
@@ -156,8 +173,10 @@ class DispatcherState {
   void DoRoundWatermark(const service::RoundWatermarkUpdate& u);
   void DoRestoreJob(const service::RestoreJobUpdate& u);
   void DoIdCounters(const service::IdCountersUpdate& u);
+  void DoSplitProgress(const service::SplitProgressUpdate& u);
 
-  // A task leaves its job's dynamic split state: its unstarted splits go back to the queue front.
+  // A task leaves its job's dynamic split state: its unstarted splits go back to the queue front,
+  // and so do the remainders of the splits it was reading under a lease.
   void ReleaseTaskSplits(Job& job, int64_t task_id);
   void MaybeAdvanceEpoch(Job& job);
   void RefillQueue(Job& job);

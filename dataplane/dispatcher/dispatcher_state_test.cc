@@ -123,6 +123,27 @@ Update Watermark(int64_t job, int64_t round) {
   return u;
 }
 
+struct ProgressEntry {
+  uint64_t index;
+  int64_t lease_end;
+  bool finished;
+};
+Update Progress(int64_t job, int64_t task, std::vector<ProgressEntry> entries, int64_t epoch = 0) {
+  Update u;
+  auto* p = u.mutable_split_progress();
+  p->set_job_id(job);
+  p->set_task_id(task);
+  p->set_epoch(epoch);
+  for (const auto& e : entries) {
+    auto* entry = p->add_progress();
+    entry->set_index(e.index);
+    entry->set_epoch(epoch);
+    entry->set_lease_end(e.lease_end);
+    entry->set_finished(e.finished);
+  }
+  return u;
+}
+
 void MustApply(DispatcherState& state, const Update& u) {
   absl::Status s = state.Apply(u);
   INFO(u.ShortDebugString());
@@ -274,6 +295,71 @@ TEST_CASE("dynamic sharding hands out the queue front and never re-queues a star
   MustApply(s, Start(1, 2, {4, 1, 2, 5}));
   CHECK(s.FindJob(1)->splits->num_started == 6);
   CHECK(s.FindJob(1)->splits_served == 8);
+}
+
+TEST_CASE("a lost task's leased splits come back as remainders; unleased ones count as read") {
+  DispatcherState s = DynamicJob(6);
+  MustApply(s, Assign(1, 1, {0, 1}));
+  MustApply(s, Start(1, 1, {0, 1}));
+  MustApply(s, Progress(1, 1, {{0, 7, false}}));  // split 1: started without a lease
+  MustApply(s, Assign(1, 2, {2}));
+  MustApply(s, Start(1, 2, {2}));
+  MustApply(s, Progress(1, 2, {{2, 5, false}}));
+  MustApply(s, Progress(1, 2, {{2, -1, true}}));  // read to its end
+  // Malformed progress changes nothing and says what is wrong.
+  MustFail(s, Progress(1, 1, {{2, 9, false}}), absl::StatusCode::kFailedPrecondition, "not a split task 1 is reading");
+  MustFail(s, Progress(1, 1, {{0, 3, false}}), absl::StatusCode::kFailedPrecondition, "below the split's lease 7");
+  MustFail(s, Progress(1, 1, {{0, 8, false}, {0, 9, false}}), absl::StatusCode::kFailedPrecondition, "repeated");
+  MustFail(s, Progress(1, 1, {{0, 8, false}}, 1), absl::StatusCode::kFailedPrecondition, "split_progress.epoch 1");
+  MustFail(s, Progress(1, 1, {}), absl::StatusCode::kInvalidArgument, "progress is empty");
+  MustFail(s, Progress(9, 1, {{0, 8, false}}), absl::StatusCode::kNotFound, "split_progress.job_id 9");
+  MustApply(s, Assign(1, 1, {3, 4, 5}));
+  MustApply(s, Start(1, 1, {3, 4, 5}));
+  // Every split is started, but task 1 reads split 0 under a lease: task 2 is not told the end
+  // (if task 1 is lost, task 2 must read the remainder); task 1 itself may be.
+  MustFail(s, EpochEnd(1, 2, 0), absl::StatusCode::kFailedPrecondition, "under a lease");
+  CHECK(DispatcherState::OtherTaskHoldsLease(*s.FindJob(1), 2));
+  CHECK(!DispatcherState::OtherTaskHoldsLease(*s.FindJob(1), 1));
+  MustApply(s, EpochEnd(1, 1, 0));
+  // Task 1 is lost: split 0 comes back from element 7 on; split 1 (no lease) and 3..5 do not.
+  MustApply(s, RemoveWorker("w1:1"));
+  CHECK(Queue(s, 1) == std::vector<uint64_t>{0});
+  CHECK(DispatcherState::SkipOf(*s.FindJob(1), 0) == 7);
+  CHECK(s.FindJob(1)->splits->reading.empty());
+  CHECK(s.FindJob(1)->splits->num_started == 5);
+  CHECK(Rebuild(s).DebugString() == s.DebugString());
+  MustFail(s, EpochEnd(1, 2, 0), absl::StatusCode::kFailedPrecondition, "1 splits not started");
+  MustApply(s, Assign(1, 2, {0}));
+  CHECK(DispatcherState::SkipOf(*s.FindJob(1), 0) == 7);  // still a remainder until started
+  CHECK(Rebuild(s).DebugString() == s.DebugString());
+  MustApply(s, Start(1, 2, {0}));
+  CHECK(DispatcherState::SkipOf(*s.FindJob(1), 0) == 0);
+  MustFail(s, Progress(1, 2, {{0, -2, false}}), absl::StatusCode::kFailedPrecondition, "lease_end -2");
+  MustApply(s, Progress(1, 2, {{0, 15, false}}));
+  MustApply(s, EpochEnd(1, 2, 0));
+  CHECK(!s.FindJob(1)->splits->exhausted);  // split 0 is still read under a lease
+  CHECK(Rebuild(s).DebugString() == s.DebugString());
+  MustApply(s, Progress(1, 2, {{0, -1, true}}));
+  CHECK(s.FindJob(1)->splits->exhausted);
+}
+
+TEST_CASE("a finished task's unfinished leased split comes back too; a new epoch forgets leases") {
+  DispatcherState s = DynamicJob(2, 2);
+  MustApply(s, Assign(1, 1, {0, 1}));
+  MustApply(s, Start(1, 1, {0, 1}));
+  MustApply(s, Progress(1, 1, {{0, 4, false}, {1, 3, false}}));
+  MustApply(s, Progress(1, 1, {{0, -1, true}}));
+  MustApply(s, FinishTask(1));
+  CHECK(Queue(s, 1) == std::vector<uint64_t>{1});
+  CHECK(DispatcherState::SkipOf(*s.FindJob(1), 1) == 3);
+  MustApply(s, Assign(1, 2, {1}));
+  MustApply(s, Start(1, 2, {1}));
+  MustApply(s, Progress(1, 2, {{1, 10, true}}));
+  MustApply(s, EpochEnd(1, 2, 0));
+  CHECK(s.FindJob(1)->splits->epoch == 1);
+  CHECK(s.FindJob(1)->splits->reading.empty());
+  CHECK(s.FindJob(1)->splits->skip.empty());
+  CHECK(Queue(s, 1) == std::vector<uint64_t>{0, 1});
 }
 
 TEST_CASE("epochs advance when every live task reached the end; the last epoch exhausts") {
@@ -490,8 +576,8 @@ TEST_CASE("replaying the accepted updates is deterministic, and snapshots agree 
     }
     const std::string worker = absl::StrCat("w", pick(4), ":1");
     // Weighted kinds: mostly split traffic (assign, start, epoch end), some churn.
-    static const int kWeights[12] = {5, 2, 1, 8, 2, 2, 11, 11, 11, 6, 2, 3};
-    int roll = static_cast<int>(pick(64));
+    static const int kWeights[13] = {5, 2, 1, 8, 2, 2, 11, 11, 11, 6, 2, 3, 8};
+    int roll = static_cast<int>(pick(72));
     int kind = 0;
     while (roll >= kWeights[kind]) roll -= kWeights[kind++];
     switch (kind) {
@@ -552,6 +638,19 @@ TEST_CASE("replaying the accepted updates is deterministic, and snapshots agree 
       }
       case 10: u = pick(8) == 0 ? FinishJob(job) : FinishTask(task); break;
       case 11: u = Watermark(job, pick(100)); break;
+      case 12: {
+        // A lease or a finish for a split some task reads (or, sometimes, for any split).
+        const auto* j = live.FindJob(job);
+        if (j && j->splits && !j->splits->reading.empty() && pick(5) != 0) {
+          auto it = std::next(j->splits->reading.begin(), pick(static_cast<int64_t>(j->splits->reading.size())));
+          u = Progress(job, it->second.task,
+                       {{it->first, pick(3) ? it->second.lease_end + 1 + pick(20) : -1, pick(3) == 0}},
+                       j->splits->epoch);
+        } else {
+          u = Progress(job, task, {{static_cast<uint64_t>(pick(12)), pick(20) - 1, pick(2) == 0}});
+        }
+        break;
+      }
     }
     const std::string before = live.DebugString();
     if (live.Apply(u).ok()) {

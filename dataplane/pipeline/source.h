@@ -34,6 +34,8 @@ struct Split {
   std::string path;
   int64_t begin = 0;
   int64_t end = -1;
+  // A remainder (dynamic sharding, a lost worker): the first `skip` elements are discarded.
+  int64_t skip = 0;
 
   std::string DebugString() const;
   bool operator==(const Split&) const = default;
@@ -100,6 +102,14 @@ absl::StatusOr<std::vector<std::string>> ExpandGlob(absl::string_view pattern);
 // Expands each entry (itself a glob or comma-separated globs) and concatenates the results.
 absl::StatusOr<std::vector<std::string>> ExpandGlobs(const std::vector<std::string>& patterns);
 
+// A position lease on a split: its reader may read elements [0, end) (counted from the split's
+// first element, skipped ones included) and asks again when it reaches renew_at (<= end).
+// end = -1: no limit.
+struct SplitLease {
+  int64_t end = -1;
+  int64_t renew_at = -1;
+};
+
 // Hands out splits to source iterators. Thread-safe. A local pipeline uses a list; the data
 // service worker uses one that asks the dispatcher (dynamic sharding).
 class SplitProvider {
@@ -108,7 +118,25 @@ class SplitProvider {
   virtual absl::StatusOr<std::optional<Split>> GetNext() = 0;
   // Starts the next epoch (called by `repeat`).
   virtual absl::Status Reset() = 0;
+  // Called by the split's reader before it reads element `position` when position reaches the
+  // last lease's renew_at (first at position split.skip). Blocks until the lease covers
+  // `position` (end > position) and returns it. The default: no limit.
+  virtual absl::StatusOr<SplitLease> RenewLease(const Split& split, int64_t position) {
+    (void)split;
+    (void)position;
+    return SplitLease{};
+  }
+  // The reader reached the end of `split` (after `elements` elements, skipped ones included).
+  virtual void SplitFinished(const Split& split, int64_t elements) {
+    (void)split;
+    (void)elements;
+  }
 };
+
+// Opens `split` of `source` for a pipeline: discards split.skip elements, asks `provider` (may be
+// null) for leases as it goes and tells it when the split ends.
+absl::StatusOr<std::unique_ptr<SplitReader>> OpenSplit(const Source& source, const Split& split,
+                                                       const SourceContext& context, SplitProvider* provider);
 
 // Serves a fixed list of splits, optionally only those with index % num_shards == shard_index.
 class ListSplitProvider : public SplitProvider {

@@ -2,6 +2,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -12,8 +13,75 @@
 namespace sluice::pipeline {
 
 std::string Split::DebugString() const {
-  if (begin == 0 && end < 0) return absl::StrCat("#", index, " ", path);
-  return absl::StrCat("#", index, " ", path, "[", begin, ":", end < 0 ? std::string("end") : absl::StrCat(end), "]");
+  std::string out = absl::StrCat("#", index, " ", path);
+  if (begin != 0 || end >= 0) {
+    absl::StrAppend(&out, "[", begin, ":", end < 0 ? std::string("end") : absl::StrCat(end), "]");
+  }
+  if (skip > 0) absl::StrAppend(&out, " skip ", skip);
+  return out;
+}
+
+namespace {
+
+// A split read under leases: see OpenSplit.
+class LeasedSplitReader : public SplitReader {
+ public:
+  LeasedSplitReader(std::unique_ptr<SplitReader> inner, Split split, SplitProvider* provider)
+      : inner_(std::move(inner)), split_(std::move(split)), provider_(provider), renew_at_(split_.skip) {}
+
+  absl::StatusOr<std::optional<Element>> Next() override {
+    if (done_) return std::optional<Element>();
+    while (position_ < split_.skip) {
+      auto skipped = inner_->Next();
+      if (!skipped.ok()) return skipped.status();
+      if (!skipped->has_value()) return End();
+      ++position_;
+    }
+    if (provider_ != nullptr && position_ >= renew_at_) {
+      auto lease = provider_->RenewLease(split_, position_);
+      if (!lease.ok()) return lease.status();
+      if (lease->end < 0) {
+        renew_at_ = std::numeric_limits<int64_t>::max();
+      } else if (lease->end <= position_) {
+        return absl::InternalError(absl::StrCat("split ", split_.DebugString(), ": the lease ends at element ",
+                                                lease->end, ", before element ", position_, " the reader is at"));
+      } else {
+        renew_at_ = std::clamp(lease->renew_at, position_ + 1, lease->end);
+      }
+    }
+    auto next = inner_->Next();
+    if (!next.ok()) return next;
+    if (!next->has_value()) return End();
+    ++position_;
+    return next;
+  }
+
+ private:
+  absl::StatusOr<std::optional<Element>> End() {
+    done_ = true;
+    if (provider_ != nullptr) provider_->SplitFinished(split_, position_);
+    return std::optional<Element>();
+  }
+
+  std::unique_ptr<SplitReader> inner_;
+  const Split split_;
+  SplitProvider* const provider_;
+  int64_t position_ = 0;
+  int64_t renew_at_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SplitReader>> OpenSplit(const Source& source, const Split& split,
+                                                       const SourceContext& context, SplitProvider* provider) {
+  if (split.skip < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("split ", split.DebugString(), ": skip must be >= 0"));
+  }
+  auto reader = source.Open(split, context);
+  if (!reader.ok()) return reader.status();
+  if (split.skip == 0 && provider == nullptr) return reader;
+  return std::unique_ptr<SplitReader>(new LeasedSplitReader(*std::move(reader), split, provider));
 }
 
 SourceRegistry& SourceRegistry::Builtin() {

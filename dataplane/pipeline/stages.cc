@@ -66,7 +66,7 @@ class SourceIterator : public StageIterator {
         if (!split.ok()) return split.status();
         if (!split->has_value()) return std::optional<Element>();
         ScopedCpuTimer timer(sctx_.stats);
-        auto reader = source_->Open(**split, sctx_);
+        auto reader = OpenSplit(*source_, **split, sctx_, ctx_.splits.get());
         if (!reader.ok()) return reader.status();
         reader_ = *std::move(reader);
       }

@@ -374,7 +374,7 @@ class InterleaveIterator : public StageIterator {
   NextResult ReadOne(Slot& slot, const Split& split, std::unique_ptr<SplitReader>& reader) {
     ScopedCpuTimer timer(sctx_.stats);
     if (!reader) {
-      auto opened = source_->Open(split, sctx_);
+      auto opened = OpenSplit(*source_, split, sctx_, ctx_.splits.get());
       if (!opened.ok()) return opened.status();
       reader = *std::move(opened);
     }

@@ -8,7 +8,9 @@
 namespace sluice::worker {
 
 pipeline::Split FromProto(const service::Split& split) {
-  return pipeline::Split{split.index(), split.path(), split.begin(), split.end()};
+  pipeline::Split out{split.index(), split.path(), split.begin(), split.end()};
+  out.skip = split.skip();
+  return out;
 }
 
 service::Split ToProto(const pipeline::Split& split) {
@@ -17,6 +19,7 @@ service::Split ToProto(const pipeline::Split& split) {
   out.set_path(split.path);
   out.set_begin(split.begin);
   out.set_end(split.end);
+  out.set_skip(split.skip);
   return out;
 }
 
@@ -48,7 +51,21 @@ void DispatcherSplitProvider::Cancel() {
   cancel_.Cancel();
 }
 
-bool DispatcherSplitProvider::NeedAck() const { return options_.ack_before_start && !unreported_starts_.empty(); }
+bool DispatcherSplitProvider::NeedAck() const {
+  if (!options_.ack_before_start) return false;
+  if (!unreported_starts_.empty()) return true;
+  for (const auto& [index, lease] : leases_) {
+    if (lease.dirty) return true;
+  }
+  return false;
+}
+
+bool DispatcherSplitProvider::FinishesPending() const {
+  for (const auto& [index, lease] : leases_) {
+    if (lease.finished) return true;
+  }
+  return false;
+}
 
 bool DispatcherSplitProvider::NeedFetch() const {
   return !stopped_ && error_.ok() && !fetch_in_flight_ &&
@@ -77,6 +94,15 @@ void DispatcherSplitProvider::FetchLoop() {
       request.set_epoch(epoch_);
       for (uint64_t index : unreported_starts_) request.add_started_split_indices(index);
       unreported_starts_.clear();
+      for (auto& [index, lease] : leases_) {
+        if (!lease.dirty) continue;
+        service::SplitProgress* p = request.add_progress();
+        p->set_index(index);
+        p->set_epoch(lease.epoch);
+        p->set_lease_end(lease.requested > lease.granted ? lease.requested : -1);
+        p->set_finished(lease.finished);
+        lease.dirty = false;
+      }
       covers = started_;  // every start so far is in this request or was acknowledged before
       fetch_in_flight_ = true;
     }
@@ -90,6 +116,10 @@ void DispatcherSplitProvider::FetchLoop() {
         // The acknowledgements may not have arrived: send them again next time.
         unreported_starts_.insert(unreported_starts_.begin(), request.started_split_indices().begin(),
                                   request.started_split_indices().end());
+        for (const service::SplitProgress& p : request.progress()) {
+          auto it = leases_.find(p.index());
+          if (it != leases_.end()) it->second.dirty = true;
+        }
         if (stopped_) return;
         // CANCELLED that this provider did not cause: the dispatcher shut down mid-call (a restart).
         if (IsRetryableDispatcherError(response.status()) || absl::IsCancelled(response.status())) {
@@ -110,14 +140,20 @@ void DispatcherSplitProvider::FetchLoop() {
         error_backoff = options_.initial_backoff;
         warned = false;
         acked_ = std::max(acked_, covers);
+        for (const service::SplitProgress& p : request.progress()) {
+          auto it = leases_.find(p.index());
+          if (it == leases_.end()) continue;
+          it->second.granted = std::max(it->second.granted, p.lease_end());
+          if (p.finished()) leases_.erase(it);
+        }
         if (ack_only) {
           // Acknowledgements only: no splits were asked for, so an empty answer means nothing.
-          for (const auto& split : response->splits()) queue_.push_back(FromProto(split));
+          for (const auto& split : response->splits()) queue_.emplace_back(FromProto(split), response->epoch());
           end_of_splits_ = end_of_splits_ || response->end_of_splits();
         } else if (response->splits().empty() && !response->end_of_splits()) {
           // Nothing to hand out yet (e.g. the next epoch is not open): ask again later.
           wait = poll_backoff;
-          poll_backoff = std::min(poll_backoff * 2, options_.max_backoff);
+          poll_backoff = std::min(poll_backoff * 2, std::min(options_.max_poll_interval, options_.max_backoff));
         } else {
           poll_backoff = options_.initial_backoff;
           if (!response->splits().empty() && response->epoch() != epoch_) {
@@ -127,7 +163,7 @@ void DispatcherSplitProvider::FetchLoop() {
                 .With("epoch", epoch_)
                 .With("response_epoch", response->epoch());
           }
-          for (const auto& split : response->splits()) queue_.push_back(FromProto(split));
+          for (const auto& split : response->splits()) queue_.emplace_back(FromProto(split), response->epoch());
           end_of_splits_ = response->end_of_splits();
         }
       }
@@ -158,9 +194,19 @@ absl::StatusOr<std::optional<pipeline::Split>> DispatcherSplitProvider::GetNext(
   --waiting_readers_;
   if (stopped_) return absl::CancelledError(absl::StrCat("task_id ", task_id_, ": split provider cancelled"));
   if (!queue_.empty()) {
-    pipeline::Split split = std::move(queue_.front());
+    pipeline::Split split = std::move(queue_.front().first);
+    const int64_t split_epoch = queue_.front().second;
     queue_.pop_front();
     unreported_starts_.push_back(split.index);
+    if (leases_on()) {
+      // The first lease goes with the start acknowledgement.
+      Lease& lease = leases_[split.index];
+      lease = Lease{};
+      lease.epoch = split_epoch;
+      lease.window = std::max<int64_t>(1, options_.lease_elements);
+      lease.requested = split.skip + lease.window;
+      lease.dirty = true;
+    }
     const int64_t start = ++started_;
     if (options_.ack_before_start) {
       // The dispatcher must know before any element of the split can leave this worker.
@@ -172,7 +218,50 @@ absl::StatusOr<std::optional<pipeline::Split>> DispatcherSplitProvider::GetNext(
     return std::optional<pipeline::Split>(std::move(split));
   }
   if (!error_.ok()) return error_;
+  // The end of the epoch: first the dispatcher must know which splits were read to their end.
+  auto acknowledged = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopped_ || !error_.ok() || !FinishesPending();
+  };
+  mu_.Await(absl::Condition(&acknowledged));
+  if (stopped_) return absl::CancelledError(absl::StrCat("task_id ", task_id_, ": split provider cancelled"));
+  if (!error_.ok()) return error_;
   return std::optional<pipeline::Split>();
+}
+
+absl::StatusOr<pipeline::SplitLease> DispatcherSplitProvider::RenewLease(const pipeline::Split& split, int64_t position) {
+  absl::MutexLock lock(&mu_);
+  if (!leases_on()) return pipeline::SplitLease{};
+  auto it = leases_.find(split.index);
+  if (it == leases_.end() || it->second.finished) {
+    return absl::InternalError(
+        absl::StrCat("task_id ", task_id_, ": lease asked for split ", split.DebugString(), ", which is not being read"));
+  }
+  Lease& lease = it->second;
+  if (lease.requested - position <= lease.window / 2) {
+    // Half of the lease or less is left: ask for more ahead, in a larger window.
+    lease.window = std::min(std::max<int64_t>(1, options_.max_lease_elements), lease.window * 2);
+    lease.requested = position + lease.window;
+    lease.dirty = true;
+  }
+  auto covered = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopped_ || !error_.ok() || lease.granted > position; };
+  mu_.Await(absl::Condition(&covered));
+  if (stopped_) return absl::CancelledError(absl::StrCat("task_id ", task_id_, ": split provider cancelled"));
+  if (lease.granted <= position) return error_;
+  pipeline::SplitLease out;
+  out.end = lease.granted;
+  out.renew_at = lease.requested > lease.granted ? lease.granted
+                                                 : std::max(position + 1, lease.granted - lease.window / 2);
+  return out;
+}
+
+void DispatcherSplitProvider::SplitFinished(const pipeline::Split& split, int64_t elements) {
+  (void)elements;
+  absl::MutexLock lock(&mu_);
+  if (!leases_on()) return;
+  auto it = leases_.find(split.index);
+  if (it == leases_.end()) return;
+  it->second.finished = true;
+  it->second.dirty = true;
 }
 
 absl::Status DispatcherSplitProvider::Reset() {
@@ -190,9 +279,26 @@ absl::Status DispatcherSplitProvider::Reset() {
         .With("task_id", task_id_)
         .With("epoch", epoch_)
         .With("dropped", static_cast<int64_t>(queue_.size()));
-    for (const auto& split : queue_) unreported_starts_.push_back(split.index);
+    for (const auto& [split, split_epoch] : queue_) {
+      unreported_starts_.push_back(split.index);
+      if (leases_on()) {
+        Lease& lease = leases_[split.index];
+        lease = Lease{};
+        lease.epoch = split_epoch;
+        lease.finished = true;  // never read: nothing of it is handed out again
+        lease.dirty = true;
+      }
+    }
   }
   queue_.clear();
+  // Splits the pipeline stopped reading mid-way (it moves to the next epoch) count as read: their
+  // remainders are not handed out again, and other tasks need not wait for them.
+  for (auto& [index, lease] : leases_) {
+    if (!lease.finished) {
+      lease.finished = true;
+      lease.dirty = true;
+    }
+  }
   ++epoch_;
   end_of_splits_ = false;
   return absl::OkStatus();

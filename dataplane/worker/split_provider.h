@@ -12,6 +12,14 @@
 //    (TakeUnreportedStarts), whichever comes first — a crash in between lets the dispatcher hand
 //    the split out again. Failed reports are put back and re-sent (the dispatcher treats repeated
 //    acks as one);
+//  - position leases (with ack_before_start and `leases`): the first lease of a split travels with
+//    its start acknowledgement (skip + lease_elements); RenewLease asks for more ahead, when half
+//    of the lease is left, doubling the window up to max_lease_elements, and blocks only if the
+//    reader catches up with an unacknowledged lease. SplitFinished reports the end of a split with
+//    the next call (made at once); GetNext does not report the end of the epoch before every
+//    finished split was acknowledged, so the dispatcher never mistakes a read split for a remainder.
+//    What a lost worker leased but had not delivered is lost (at most once); the rest of its
+//    splits is read by others (docs/dataservice.md, "Worker loss");
 //  - request.epoch is this task's epoch (0-based). end_of_splits ends the epoch: GetNext returns
 //    nullopt until Reset() moves to the next epoch. A response with no splits and no end_of_splits
 //    means "nothing now, ask again" (the next epoch is not open yet, or other splits of this one
@@ -28,6 +36,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <optional>
 #include <string>
 #include <thread>
@@ -47,8 +56,12 @@ struct SplitProviderOptions {
   int max_splits = 8;          // the most splits held locally (queued, fetched but not started)
   int refill_threshold = -1;   // fetch more when the queue holds this many or fewer; -1: max_splits / 4
   bool ack_before_start = true;  // GetNext waits until the dispatcher acknowledged the split's start
+  bool leases = true;            // position leases (needs ack_before_start)
+  int64_t lease_elements = 32;   // first lease window of a split, in elements
+  int64_t max_lease_elements = 2048;  // the window doubles per renewal up to this
   absl::Duration initial_backoff = absl::Milliseconds(10);
-  absl::Duration max_backoff = absl::Seconds(1);
+  absl::Duration max_backoff = absl::Seconds(1);       // after errors
+  absl::Duration max_poll_interval = absl::Milliseconds(50);  // "nothing now" answers (cheap for the dispatcher)
 };
 
 class DispatcherSplitProvider : public pipeline::SplitProvider {
@@ -60,6 +73,8 @@ class DispatcherSplitProvider : public pipeline::SplitProvider {
 
   absl::StatusOr<std::optional<pipeline::Split>> GetNext() override;
   absl::Status Reset() override;
+  absl::StatusOr<pipeline::SplitLease> RenewLease(const pipeline::Split& split, int64_t position) override;
+  void SplitFinished(const pipeline::Split& split, int64_t elements) override;
 
   // Stops fetching; GetNext and Reset return CANCELLED from now on.
   void Cancel();
@@ -78,6 +93,18 @@ class DispatcherSplitProvider : public pipeline::SplitProvider {
   void FetchLoop();
   bool NeedFetch() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool NeedAck() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool FinishesPending() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool leases_on() const { return options_.ack_before_start && options_.leases; }
+
+  // A started split's lease, until its end is acknowledged.
+  struct Lease {
+    int64_t epoch = 0;       // the job epoch the split was handed out in
+    int64_t granted = -1;    // acknowledged lease end
+    int64_t requested = -1;  // lease end to report
+    int64_t window = 0;
+    bool finished = false;
+    bool dirty = false;      // requested or finished not sent yet
+  };
 
   DispatcherClient* const dispatcher_;
   const int64_t task_id_;
@@ -87,7 +114,8 @@ class DispatcherSplitProvider : public pipeline::SplitProvider {
   CancelToken cancel_;  // interrupts the in-flight RPC and backoff waits
 
   mutable absl::Mutex mu_;
-  std::deque<pipeline::Split> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::pair<pipeline::Split, int64_t>> queue_ ABSL_GUARDED_BY(mu_);  // split, its epoch
+  std::map<uint64_t, Lease> leases_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> unreported_starts_ ABSL_GUARDED_BY(mu_);
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   bool end_of_splits_ ABSL_GUARDED_BY(mu_) = false;

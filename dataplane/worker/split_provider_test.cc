@@ -282,6 +282,93 @@ TEST_CASE("worker_split_provider: two tasks under dynamic sharding never read a 
   CHECK(all.size() == 200);
 }
 
+TEST_CASE("worker_split_provider: position leases go with the start, are renewed ahead and end with the split") {
+  FakeDispatcher fake;
+  fake.SetSplits(MakeSplits(2));
+  SplitProviderOptions options = FastRetry();
+  options.lease_elements = 4;
+  options.max_lease_elements = 16;
+  DispatcherSplitProvider provider(&fake, 1, "w:1", options);
+  auto next = provider.GetNext();
+  REQUIRE(next.ok());
+  REQUIRE(next->has_value());
+  const pipeline::Split split = **next;
+  // The first lease was acknowledged together with the start.
+  CHECK(fake.leases().at(split.index) == 4);
+  auto lease = provider.RenewLease(split, 0);
+  REQUIRE(lease.ok());
+  CHECK(lease->end == 4);
+  CHECK(lease->renew_at == 2);  // renew when half is left
+  // At position 2 the provider asks for more, ahead (window doubled): position + 8.
+  lease = provider.RenewLease(split, 2);
+  REQUIRE(lease.ok());
+  CHECK(lease->end >= 4);
+  CHECK(lease->end <= 10);
+  // Reaching the end of what is granted blocks until the renewal is acknowledged.
+  lease = provider.RenewLease(split, 4);
+  REQUIRE(lease.ok());
+  CHECK(lease->end == 10);
+  CHECK(fake.leases().at(split.index) == 10);
+  CHECK(lease->renew_at > 4);
+  CHECK(lease->renew_at <= 10);
+  // The window stops growing at max_lease_elements.
+  int64_t position = 4;
+  for (int i = 0; i < 20; ++i) {
+    position = lease->end;
+    lease = provider.RenewLease(split, position);
+    REQUIRE(lease.ok());
+    CHECK(lease->end > position);
+    CHECK(lease->end - position <= 16);
+  }
+  CHECK(fake.finished().empty());
+  provider.SplitFinished(split, position + 1);
+  // The other split, then the end of the epoch: not before the finishes are acknowledged.
+  auto second = provider.GetNext();
+  REQUIRE(second.ok());
+  REQUIRE(second->has_value());
+  provider.SplitFinished(**second, 0);
+  auto end = provider.GetNext();
+  REQUIRE(end.ok());
+  CHECK(!end->has_value());
+  CHECK(fake.finished() == std::multiset<uint64_t>{0, 1});
+  // A lease for a split that is not being read is an error, not a silent "no limit".
+  CHECK(provider.RenewLease(split, 0).status().code() == absl::StatusCode::kInternal);
+}
+
+TEST_CASE("worker_split_provider: a remainder's first lease starts past its skip; failed reports are re-sent") {
+  FakeDispatcher fake;
+  std::vector<pipeline::Split> splits = MakeSplits(1);
+  splits[0].skip = 100;
+  fake.SetSplits(splits);
+  SplitProviderOptions options = FastRetry();
+  options.lease_elements = 8;
+  DispatcherSplitProvider provider(&fake, 1, "w:1", options);
+  auto next = provider.GetNext();
+  REQUIRE(next.ok());
+  REQUIRE(next->has_value());
+  CHECK((*next)->skip == 100);
+  CHECK(fake.leases().at(0) == 108);
+  fake.FailNextGetSplits(2);
+  auto lease = provider.RenewLease(**next, 104);  // half left: renews, through two failures
+  REQUIRE(lease.ok());
+  lease = provider.RenewLease(**next, 108);
+  REQUIRE(lease.ok());
+  CHECK(lease->end == 104 + 16);
+  CHECK(fake.leases().at(0) == 120);
+}
+
+TEST_CASE("worker_split_provider: Reset reports splits the pipeline left mid-way as finished") {
+  FakeDispatcher fake;
+  fake.SetSplits(MakeSplits(4), 2);
+  DispatcherSplitProvider provider(&fake, 1, "w:1", FastRetry());
+  auto next = provider.GetNext();
+  REQUIRE(next.ok());
+  REQUIRE(provider.RenewLease(**next, 0).ok());
+  REQUIRE(provider.Reset().ok());  // e.g. `take` before `repeat`: split 0 and the queued ones are dropped
+  REQUIRE(WaitUntil([&] { return fake.finished().size() == 4; }));
+  CHECK(fake.finished() == std::multiset<uint64_t>{0, 1, 2, 3});
+}
+
 TEST_CASE("worker_split_provider converts splits to and from the wire") {
   pipeline::Split split{5, "/data/a.tfrecord", 10, 20};
   CHECK(FromProto(ToProto(split)) == split);

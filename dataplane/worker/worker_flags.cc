@@ -31,6 +31,10 @@ void AddFlags(CLI::App& app, WorkerFlags& f) {
   app.add_option("--sharing_window_elements", f.sharing_window_elements, "cross-job sharing: elements kept for the slowest job");
   app.add_option("--buffer_bytes", f.buffer_bytes, "per task: bytes of encoded elements buffered ahead of readers");
   app.add_option("--buffer_elements", f.buffer_elements, "per task: elements buffered ahead of readers");
+  app.add_option("--split_lease_elements", f.split_lease_elements,
+                 "dynamic sharding: first position lease of a split, in elements (what a lost worker may lose per split it reads)");
+  app.add_option("--split_lease_max_elements", f.split_lease_max_elements,
+                 "dynamic sharding: the lease window doubles per renewal up to this many elements");
   app.add_option("--task_wait_ms", f.task_wait_ms, "how long a read for a not-yet-known task waits for the dispatcher");
   app.add_option("--cpu_budget", f.cpu_budget, "threads each task pipeline may use (0: the pipeline's own setting)");
   app.add_option("--max_message_bytes", f.max_message_bytes, "gRPC message size limit");
@@ -134,7 +138,8 @@ absl::Status Validate(const WorkerFlags& f) {
            {"heartbeat_interval_ms", f.heartbeat_interval_ms}, {"round_timeout_ms", f.round_timeout_ms},
            {"sharing_window_elements", f.sharing_window_elements}, {"buffer_bytes", f.buffer_bytes},
            {"buffer_elements", f.buffer_elements}, {"max_message_bytes", f.max_message_bytes},
-           {"shutdown_timeout_ms", f.shutdown_timeout_ms}}) {
+           {"shutdown_timeout_ms", f.shutdown_timeout_ms}, {"split_lease_elements", f.split_lease_elements},
+           {"split_lease_max_elements", f.split_lease_max_elements}}) {
     if (auto s = positive(name, value); !s.ok()) return s;
   }
   if (f.task_wait_ms < 0) return absl::InvalidArgumentError(absl::StrCat("--task_wait_ms: must be >= 0, got ", f.task_wait_ms));
@@ -207,6 +212,8 @@ absl::StatusOr<WorkerConfig> MakeWorkerConfig(const WorkerFlags& flags, int port
   config.runner.buffer_bytes = static_cast<size_t>(flags.buffer_bytes);
   config.runner.buffer_elements = static_cast<size_t>(flags.buffer_elements);
   config.runner.round_timeout = absl::Milliseconds(flags.round_timeout_ms);
+  config.runner.splits.lease_elements = flags.split_lease_elements;
+  config.runner.splits.max_lease_elements = std::max(flags.split_lease_elements, flags.split_lease_max_elements);
   config.runner.runtime.cpu_budget = flags.cpu_budget;
   return config;
 }

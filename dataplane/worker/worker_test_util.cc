@@ -101,6 +101,10 @@ absl::StatusOr<service::GetSplitsResponse> FakeDispatcher::GetSplits(const servi
     }
     return absl::Status(fail_code_, "fake dispatcher: injected failure");
   }
+  for (const service::SplitProgress& p : request.progress()) {
+    if (p.lease_end() >= 0) leases_[p.index()] = std::max(leases_[p.index()], p.lease_end());
+    if (p.finished()) finished_.insert(p.index());
+  }
   service::GetSplitsResponse response;
   response.set_epoch(epoch_);
   if (request.epoch() > epoch_) {
@@ -154,6 +158,14 @@ std::vector<uint64_t> FakeDispatcher::handed_out() const {
 std::multiset<uint64_t> FakeDispatcher::started() const {
   absl::MutexLock lock(&mu_);
   return started_;
+}
+std::map<uint64_t, int64_t> FakeDispatcher::leases() const {
+  absl::MutexLock lock(&mu_);
+  return leases_;
+}
+std::multiset<uint64_t> FakeDispatcher::finished() const {
+  absl::MutexLock lock(&mu_);
+  return finished_;
 }
 std::vector<service::WorkerHeartbeatRequest> FakeDispatcher::heartbeats() const {
   absl::MutexLock lock(&mu_);

@@ -51,6 +51,8 @@ class FakeDispatcher : public DispatcherClient {
   std::vector<service::GetSplitsRequest> get_splits_requests() const;
   std::vector<uint64_t> handed_out() const;              // split indices handed out, in order, all epochs
   std::multiset<uint64_t> started() const;               // acknowledged starts (GetSplits and heartbeats)
+  std::map<uint64_t, int64_t> leases() const;            // acknowledged position leases: split -> lease end
+  std::multiset<uint64_t> finished() const;              // acknowledged split ends
   std::vector<service::WorkerHeartbeatRequest> heartbeats() const;
   std::vector<std::string> deregistered() const;
   // How many heartbeats had arrived when the first deregistration did (-1: none yet).
@@ -72,6 +74,8 @@ class FakeDispatcher : public DispatcherClient {
   std::vector<service::GetSplitsRequest> requests_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> handed_out_ ABSL_GUARDED_BY(mu_);
   std::multiset<uint64_t> started_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, int64_t> leases_ ABSL_GUARDED_BY(mu_);
+  std::multiset<uint64_t> finished_ ABSL_GUARDED_BY(mu_);
   std::set<uint64_t> started_this_epoch_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::map<int64_t, service::TaskDef>> assigned_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::set<int64_t>> to_delete_ ABSL_GUARDED_BY(mu_);
