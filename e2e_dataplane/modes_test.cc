@@ -267,3 +267,96 @@ TEST_CASE("Coordinated reads: each round comes from one worker, for 2 and 4 cons
 
 }  // namespace
 }  // namespace sluice::e2e
+
+namespace sluice::e2e {
+namespace {
+
+TEST_CASE("Coordinated reads: a worker added mid-job joins at a round every consumer agreed on") {
+  sluice::testing::TempDir tmp;
+  constexpr int kConsumers = 2;
+  constexpr int kLines = 30000;  // per worker: long enough that the job is still running when the second one joins
+  auto options = TestServiceOptions();
+  options.worker_flags = {"--round_timeout_ms=20000"};
+  options.dispatcher_working_dir = tmp.File("dispatcher");
+  WriteWorkerData(options.dispatcher_working_dir, 0, kLines);
+  auto service = std::make_unique<local::LocalDataService>(options);
+  REQUIRE(service->StartDispatcher().ok());
+  const std::string dir0 = tmp.File("worker0");
+  WriteWorkerData(dir0, 0, kLines);
+  REQUIRE(service->AddWorker({}, dir0).ok());
+  REQUIRE(service->WaitForWorkers(1, absl::Seconds(30)).ok());
+  const auto def = Pipeline("source: {jsonl: {files: data.jsonl}}\n");
+  std::vector<std::unique_ptr<DataServiceClient>> consumers;
+  for (int c = 0; c < kConsumers; ++c) {
+    auto o = ClientOptions(service->dispatcher_address(), def, service::SHARDING_OFF);
+    o.job_name = "joining";
+    o.num_consumers = kConsumers;
+    o.consumer_index = c;
+    consumers.push_back(MakeClient(o));
+  }
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> got(kConsumers);
+  std::vector<std::string> errors(kConsumers);
+  std::atomic<int64_t> read0{0};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kConsumers; ++c) {
+    threads.emplace_back([&, c] {
+      while (true) {
+        auto next = consumers[static_cast<size_t>(c)]->GetNext(absl::Seconds(60));
+        if (!next.ok()) {
+          errors[static_cast<size_t>(c)] = next.status().ToString();
+          return;
+        }
+        if (!next->has_value()) return;
+        auto w = (**next).Get("w"), i = (**next).Get("i");
+        if (!w.ok() || !i.ok()) {
+          errors[static_cast<size_t>(c)] = "element without w or i";
+          return;
+        }
+        got[static_cast<size_t>(c)].emplace_back(*(*w)->AsInt64(), *(*i)->AsInt64());
+        if (c == 0) read0.fetch_add(1);
+      }
+    });
+  }
+  // Mid-job (the consumers are reading): the second worker joins.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (read0.load() < 200 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));  // a poll, not a timing assumption
+  const int64_t read_at_join = read0.load();
+  const std::string dir1 = tmp.File("worker1");
+  WriteWorkerData(dir1, 1, kLines);
+  REQUIRE(service->AddWorker({}, dir1).ok());
+  for (auto& t : threads) t.join();
+  INFO(service->Logs());
+  for (int c = 0; c < kConsumers; ++c) {
+    INFO("consumer " << c);
+    CHECK(errors[static_cast<size_t>(c)] == "");
+  }
+  REQUIRE(read_at_join >= 200);
+  const size_t rounds = got[0].size();
+  for (int c = 0; c < kConsumers; ++c) CHECK(got[static_cast<size_t>(c)].size() == rounds);
+  // Round by round: every consumer's element comes from the same worker and from the same round of
+  // that worker (consumer c holds its c-th element); each worker's rounds follow each other.
+  int64_t next_worker_round[2] = {0, 0};
+  size_t first_round_of_1 = rounds;
+  std::string problems;
+  for (size_t r = 0; r < rounds && problems.size() < 400; ++r) {
+    const int64_t w = got[0][r].first;
+    if (w == 1 && first_round_of_1 == rounds) first_round_of_1 = r;
+    for (int c = 0; c < kConsumers; ++c) {
+      const auto& [wc, ic] = got[static_cast<size_t>(c)][r];
+      if (wc != w || ic != next_worker_round[w] * kConsumers + c) {
+        absl::StrAppend(&problems, "round ", r, " consumer ", c, " got w=", wc, " i=", ic, " (expected w=", w,
+                        " i=", next_worker_round[w] * kConsumers + c, "); ");
+      }
+    }
+    ++next_worker_round[w];
+  }
+  CHECK(problems == "");
+  // The new worker served rounds, from a round after the one consumer 0 had reached at the join.
+  CHECK(first_round_of_1 < rounds);
+  CHECK(first_round_of_1 >= static_cast<size_t>(read_at_join));
+  CHECK(next_worker_round[1] > 0);
+  for (const auto& consumer : consumers) CHECK(consumer->stats().rounds_skipped == 0);
+}
+
+}  // namespace
+}  // namespace sluice::e2e

@@ -243,7 +243,10 @@ class DataServiceClient::Impl {
   // Coordinated reads.
   grpc::ClientContext* round_context_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool rounds_done_ ABSL_GUARDED_BY(mu_) = false;
-  int64_t current_round_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t current_round_ ABSL_GUARDED_BY(mu_) = 0;     // the last round started (0 before any)
+  bool round_started_ ABSL_GUARDED_BY(mu_) = false;
+  // A worker is joining: do not start this round (or later) before a heartbeat answer without it.
+  int64_t block_round_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t rounds_skipped_ ABSL_GUARDED_BY(mu_) = 0;
   bool round_reader_running_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -493,6 +496,7 @@ void DataServiceClient::Impl::HeartbeatLoop() {
       if (shutting_down_) break;
       req.set_job_client_id(job_client_id_);
       req.set_current_round(current_round_);
+      req.set_acked_block_round(block_round_);
       FillMetricsLocked(req.mutable_metrics());
       heartbeat_context_ = &ctx;
     }
@@ -509,6 +513,8 @@ void DataServiceClient::Impl::HeartbeatLoop() {
         ++heartbeats_ok_;
         backoff.Reset();
         ApplyHeartbeatLocked(resp, &retired);
+        // While a worker joins, the consumers' answers are what the dispatcher waits for.
+        if (block_round_ > 0) delay = std::min(delay, std::max(absl::Milliseconds(5), opts_.heartbeat_interval / 10));
       } else if (IsPermanent(s.error_code()) || s.error_code() == grpc::StatusCode::NOT_FOUND) {
         // The dispatcher forgot this client (restarted without its journal) or rejects it.
         ++heartbeat_failures_;
@@ -541,7 +547,15 @@ void DataServiceClient::Impl::ApplyHeartbeatLocked(const service::ClientHeartbea
   heard_ = true;
   job_finished_ = response.job_finished();
   tasks_.assign(response.tasks().begin(), response.tasks().end());
-  if (coordinated_) return;  // the round reader reads tasks_ itself
+  if (coordinated_) {
+    // The round reader reads tasks_ itself. A proposed block is held only if this consumer has
+    // not started that round; otherwise its next heartbeat (current_round past it) makes the
+    // dispatcher propose a later one.
+    const int64_t proposed = response.block_round();
+    const bool started = round_started_ && current_round_ >= proposed;
+    block_round_ = (proposed > 0 && !started) ? proposed : 0;
+    return;
+  }
 
   TaskSelectionInput input;
   input.target_workers = opts_.target_workers;
@@ -700,10 +714,14 @@ void DataServiceClient::Impl::RoundLoop() {
       auto ready = [&] {
         mu_.AssertHeld();
         if (shutting_down_ || !fatal_.ok() || job_finished_) return true;
-        return heard_ && !tasks_.empty();
+        return heard_ && !tasks_.empty() && (block_round_ == 0 || round < block_round_);
       };
       mu_.Await(absl::Condition(&ready));
       if (shutting_down_ || !fatal_.ok()) break;
+      if (tasks_.empty()) break;  // the job finished with no task left
+      const bool never = false;
+      if (!AcquireSlotLocked(&never)) break;
+      // The task list and the block may have changed while waiting for room: decide now.
       std::optional<int64_t> id = TaskForRound(tasks_, round);
       if (!id && !tasks_.empty()) {
         // Every task starts later than `round` (this consumer joined late): all consumers jump
@@ -713,13 +731,17 @@ void DataServiceClient::Impl::RoundLoop() {
         round = std::max(round, first);
         id = TaskForRound(tasks_, round);
       }
-      if (!id) break;  // the job finished with no task left
+      if (!id || (block_round_ > 0 && !job_finished_ && round >= block_round_)) {
+        // No task left (the job finished), or a worker is joining at or before this round: wait.
+        ReleaseSlotLocked();
+        if (!id && (tasks_.empty() || job_finished_)) break;
+        continue;
+      }
       for (const auto& t : tasks_) {
         if (t.task_id() == *id) task = t;
       }
-      const bool never = false;
-      if (!AcquireSlotLocked(&never)) break;
       current_round_ = round;
+      round_started_ = true;
       channel = WorkerChannelLocked(task.worker_address());
       round_context_ = &ctx;
     }

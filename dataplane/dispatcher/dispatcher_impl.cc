@@ -337,23 +337,73 @@ int64_t DispatcherService::StartingRoundLocked(const DispatcherState::Job& job) 
 }
 
 absl::Status DispatcherService::CreateTasksForWorkerLocked(const std::string& address) {
+  std::vector<int64_t> joins;
   for (const auto& [job_id, job] : state_.jobs()) {
     if (job.finished) continue;
     bool has_task = false;
     for (int64_t t : job.tasks) has_task |= state_.FindTask(t)->worker_address == address;
     if (has_task) continue;
+    int32_t worker_index = 0;
+    int32_t num_workers = 0;
     if (IsStaticSharding(job.spec.sharding())) {
       // Only the workers fixed at job creation; one that comes back gets its shard again.
       auto it = std::find(job.static_workers.begin(), job.static_workers.end(), address);
       if (it == job.static_workers.end()) continue;
-      if (absl::Status s = CreateTaskLocked(job, address, static_cast<int32_t>(it - job.static_workers.begin()),
-                                            static_cast<int32_t>(job.static_workers.size()), StartingRoundLocked(job));
-          !s.ok()) {
-        return s;
+      worker_index = static_cast<int32_t>(it - job.static_workers.begin());
+      num_workers = static_cast<int32_t>(job.static_workers.size());
+    }
+    if (job.spec.num_consumers() > 0 && !job.tasks.empty() && !job.clients.empty()) {
+      // Coordinated reads of a running job: the consumers must agree on the round the new task
+      // starts at before any of them reaches it (see PendingJoin).
+      auto [it, created] = pending_joins_.try_emplace(job_id);
+      if (created) it->second.round = StartingRoundLocked(job);
+      if (it->second.workers.emplace(address, std::make_pair(worker_index, num_workers)).second) {
+        SLUICE_LOG(Info, "worker joins a coordinated job once its consumers agree on a round")
+            .With("job_id", job_id)
+            .With("worker_address", address)
+            .With("proposed_round", it->second.round);
       }
-    } else if (absl::Status s = CreateTaskLocked(job, address, 0, 0, StartingRoundLocked(job)); !s.ok()) {
+      joins.push_back(job_id);
+      continue;
+    }
+    if (absl::Status s = CreateTaskLocked(job, address, worker_index, num_workers, StartingRoundLocked(job)); !s.ok()) {
       return s;
     }
+  }
+  for (int64_t job_id : joins) {
+    if (absl::Status s = CompleteJoinIfAgreedLocked(job_id); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherService::CompleteJoinIfAgreedLocked(int64_t job_id) {
+  auto it = pending_joins_.find(job_id);
+  if (it == pending_joins_.end()) return absl::OkStatus();
+  const DispatcherState::Job* job = state_.FindJob(job_id);
+  if (job == nullptr || job->finished) {
+    pending_joins_.erase(it);
+    return absl::OkStatus();
+  }
+  PendingJoin& join = it->second;
+  if (join.workers.empty()) {
+    pending_joins_.erase(it);
+    return absl::OkStatus();
+  }
+  bool agreed = true;
+  for (int64_t c : job->clients) agreed &= join.acked.count(c) > 0;
+  if (!agreed && !job->tasks.empty()) return absl::OkStatus();
+  const PendingJoin done = std::move(join);
+  pending_joins_.erase(it);
+  for (const auto& [address, slot] : done.workers) {
+    if (state_.FindWorker(address) == nullptr) continue;
+    bool has_task = false;
+    for (int64_t t : job->tasks) has_task |= state_.FindTask(t)->worker_address == address;
+    if (has_task) continue;
+    if (absl::Status s = CreateTaskLocked(*job, address, slot.first, slot.second, done.round); !s.ok()) return s;
+    SLUICE_LOG(Info, "worker joined a coordinated job")
+        .With("job_id", job_id)
+        .With("worker_address", address)
+        .With("starting_round", done.round);
   }
   return absl::OkStatus();
 }
@@ -406,6 +456,20 @@ absl::Status DispatcherService::ClientHeartbeat(const service::ClientHeartbeatRe
         if (absl::Status s = Commit(u); !s.ok()) return s;
       }
     }
+    if (auto p = pending_joins_.find(job.id); coordinated && p != pending_joins_.end()) {
+      PendingJoin& join = p->second;
+      if (request.current_round() >= join.round) {
+        // This client got there first: propose a later round, further ahead.
+        join.margin = std::min(join.margin * 2, kMaxStartingRoundMargin);
+        join.round = max_round_seen_[job.id] + join.margin;
+        join.acked.clear();
+      } else if (request.acked_block_round() == join.round) {
+        join.acked.insert(client->id);
+      }
+      const int64_t proposed = join.round;
+      if (absl::Status s = CompleteJoinIfAgreedLocked(job.id); !s.ok()) return s;
+      if (pending_joins_.count(job.id)) response->set_block_round(proposed);
+    }
     response->set_job_id(job.id);
     response->set_job_finished(job.finished);
     // The same selection the client applies (dataplane/client/task_selection.h), so that a client
@@ -444,9 +508,15 @@ absl::Status DispatcherService::ReleaseClientLocked(int64_t job_client_id) {
   Update u;
   u.mutable_release_job_client()->set_job_client_id(job_client_id);
   u.mutable_release_job_client()->set_time_ms(absl::ToUnixMillis(clock_->Now()));
+  const int64_t job_id = state_.FindJobClient(job_client_id)->job_id;
   if (absl::Status s = Commit(u); !s.ok()) return s;
   client_seen_.erase(job_client_id);
   client_metrics_.erase(job_client_id);  // its increments stay in the job's sum
+  if (auto it = pending_joins_.find(job_id); it != pending_joins_.end()) {
+    it->second.acked.erase(job_client_id);
+    // The others may all hold the round already.
+    if (absl::Status s = CompleteJoinIfAgreedLocked(job_id); !s.ok()) return s;
+  }
   return absl::OkStatus();
 }
 
@@ -494,6 +564,10 @@ absl::Status DispatcherService::RemoveWorkerLocked(const std::string& address, c
   worker_seen_.erase(address);
   worker_listed_tasks_.erase(address);
   worker_stats_.erase(address);
+  for (auto it = pending_joins_.begin(); it != pending_joins_.end();) {
+    it->second.workers.erase(address);
+    it = it->second.workers.empty() ? pending_joins_.erase(it) : std::next(it);
+  }
   if (metrics_ != nullptr) metrics_->AddWorkerRemoval(reason);
   int64_t num_remainders = 0;
   for (const auto& [job_id, n] : remainders) {
@@ -934,6 +1008,13 @@ void DispatcherService::Tick() {
       SLUICE_LOG(Warning, "job client timed out; releasing it").With("job_client_id", id);
       if (absl::Status s = ReleaseClientLocked(id); !s.ok()) {
         SLUICE_LOG(Error, "cannot release client").With("job_client_id", id).With("error", s.ToString());
+      }
+    }
+    std::vector<int64_t> joins;
+    for (const auto& [job_id, join] : pending_joins_) joins.push_back(job_id);
+    for (int64_t job_id : joins) {
+      if (absl::Status s = CompleteJoinIfAgreedLocked(job_id); !s.ok()) {
+        SLUICE_LOG(Error, "cannot add a worker to a coordinated job").With("job_id", job_id).With("error", s.ToString());
       }
     }
     const int64_t now_ms = absl::ToUnixMillis(now);

@@ -48,8 +48,10 @@ struct DispatcherOptions {
   std::string dataservice;                                 // metrics label
 };
 
-// Coordinated reads: a late worker's task starts this many rounds after the highest round seen.
+// Coordinated reads: a late worker's task starts this many rounds after the highest round seen
+// (the first proposal; doubled each time a client passes the proposed round before holding it).
 inline constexpr int64_t kStartingRoundMargin = 8;
+inline constexpr int64_t kMaxStartingRoundMargin = int64_t{1} << 20;
 // Coordinated reads: the journaled round watermark runs this far ahead of the highest round seen.
 inline constexpr int64_t kRoundWatermarkLookahead = 64;
 
@@ -102,6 +104,10 @@ class DispatcherService {
   absl::Status ReleaseClientLocked(int64_t job_client_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Coordinated reads: the first round a task added to a running job serves.
   int64_t StartingRoundLocked(const DispatcherState::Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Coordinated reads: creates the pending workers' tasks of `job_id` once every client of the job
+  // holds the proposed round (or the job has no clients or tasks left); drops the join of a
+  // finished job.
+  absl::Status CompleteJoinIfAgreedLocked(int64_t job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillTaskDefLocked(const DispatcherState::Task& task, service::TaskDef* def) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -124,6 +130,18 @@ class DispatcherService {
   std::map<int64_t, service::ClientMetrics> client_metrics_ ABSL_GUARDED_BY(mu_);  // last totals per client
   std::map<int64_t, service::ClientMetrics> job_metrics_ ABSL_GUARDED_BY(mu_);     // summed per job
   std::map<int64_t, int64_t> max_round_seen_ ABSL_GUARDED_BY(mu_);                 // per job, since start
+  // Coordinated reads: workers waiting to join a running job. The dispatcher proposes `round`
+  // (block_round in client heartbeat answers); a client that has not started it holds it and says
+  // so in its next heartbeat (acked_block_round); once every client of the job holds it, the tasks
+  // are created with starting_round = round. A client already past it makes the dispatcher propose
+  // a later round (margin doubled). Soft state: after a restart the workers' heartbeats start over.
+  struct PendingJoin {
+    int64_t round = 0;
+    int64_t margin = kStartingRoundMargin;
+    std::map<std::string, std::pair<int32_t, int32_t>> workers;  // address -> worker_index, num_workers
+    std::set<int64_t> acked;                                      // clients holding `round`
+  };
+  std::map<int64_t, PendingJoin> pending_joins_ ABSL_GUARDED_BY(mu_);
 };
 
 // True when a client on `client_host` and a worker on `worker_host` share a host (exact match,

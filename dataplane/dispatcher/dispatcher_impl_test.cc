@@ -111,10 +111,12 @@ struct Driver {
     REQUIRE(s.ok());
     return resp;
   }
-  service::ClientHeartbeatResponse Client(int64_t client, int64_t round = 0, service::ClientMetrics metrics = {}) {
+  service::ClientHeartbeatResponse Client(int64_t client, int64_t round = 0, service::ClientMetrics metrics = {},
+                                         int64_t acked_block_round = 0) {
     service::ClientHeartbeatRequest req;
     req.set_job_client_id(client);
     req.set_current_round(round);
+    req.set_acked_block_round(acked_block_round);
     *req.mutable_metrics() = metrics;
     service::ClientHeartbeatResponse resp;
     absl::Status s = svc.ClientHeartbeat(req, &resp);
@@ -778,13 +780,13 @@ TEST_CASE("jobs without clients finish after the grace period; silent clients ar
   CHECK(d.JobInfo(again.job_id()).num_clients() == 0);
 }
 
-TEST_CASE("coordinated reads: late workers start after the rounds clients reached, also after a restart") {
+TEST_CASE("coordinated reads: a late worker starts at a round every consumer agreed to hold, also after a restart") {
   TempDir dir;
   ServiceHarness h(dir.path().string());
   REQUIRE(h.start_status().ok());
   std::string ds;
   int64_t job_id = 0;
-  int64_t client = 0;
+  int64_t c0 = 0;
   {
     Driver d{h.service()};
     ds = d.Register(RangePipeline(100, 10));
@@ -792,25 +794,67 @@ TEST_CASE("coordinated reads: late workers start after the rounds clients reache
     service::GetOrCreateJobResponse job;
     REQUIRE(d.Job(ds, service::SHARDING_OFF, "coord", &job, 1, service::TARGET_WORKERS_LOCAL, "elsewhere", 2).ok());
     job_id = job.job_id();
-    client = job.job_client_id();
-    d.Heartbeat("w2:1");  // joins before any round: starts at 0 + margin
-    auto tasks = d.Client(client, 0).tasks();
-    CHECK(tasks.size() == 2);  // coordinated reads see every task regardless of locality
-    d.Client(client, 100);
-    auto late = d.Heartbeat("w3:1");
-    REQUIRE(late.new_tasks_size() == 1);
-    CHECK(late.new_tasks(0).starting_round() == 100 + kStartingRoundMargin);
-    CHECK(late.new_tasks(0).num_consumers() == 2);
-    d.Client(client, 130);
+    c0 = job.job_client_id();
+    service::GetOrCreateJobResponse second;
+    REQUIRE(d.Job(ds, service::SHARDING_OFF, "coord", &second, 1, service::TARGET_WORKERS_LOCAL, "elsewhere", 2).ok());
+    const int64_t c1 = second.job_client_id();
+    CHECK(d.Client(c0, 0).tasks().size() == 1);  // coordinated reads see every task regardless of locality
+    d.Client(c0, 100);
+    d.Client(c1, 98);
+    // A worker joins: no task yet; the consumers are asked to hold round 100 + margin.
+    auto hb = d.Heartbeat("w2:1");
+    CHECK(hb.new_tasks_size() == 0);
+    const int64_t proposed = 100 + kStartingRoundMargin;
+    auto r0 = d.Client(c0, 101);
+    CHECK(r0.block_round() == proposed);
+    CHECK(r0.tasks_size() == 1);
+    d.Client(c0, 102, {}, proposed);  // c0 holds it
+    // c1 has already started that round (it raced ahead): a later round is proposed, further ahead.
+    auto r1 = d.Client(c1, proposed);
+    const int64_t again = proposed + 2 * kStartingRoundMargin;
+    CHECK(r1.block_round() == again);
+    // An acknowledgement of the old proposal counts for nothing.
+    CHECK(d.Client(c0, 103, {}, proposed).block_round() == again);
+    CHECK(d.Client(c1, proposed + 1, {}, again).block_round() == again);
+    CHECK(d.State().workers_size() == 2);
+    // The last consumer to hold the round completes the join: its answer lists the new task.
+    auto done = d.Client(c0, 104, {}, again);
+    CHECK(done.block_round() == 0);
+    REQUIRE(done.tasks_size() == 2);
+    CHECK(done.tasks(1).starting_round() == again);
+    auto w2 = d.Heartbeat("w2:1");
+    REQUIRE(w2.new_tasks_size() == 1);
+    CHECK(w2.new_tasks(0).starting_round() == again);
+    CHECK(w2.new_tasks(0).num_consumers() == 2);
+    // A worker that leaves while joining is dropped from the join; releasing the last consumer
+    // that did not hold the round completes it.
+    d.Heartbeat("w3:1");
+    auto r = d.Client(c0, 140);
+    REQUIRE(r.block_round() > 140);
+    d.Client(c0, 141, {}, r.block_round());
+    service::ReleaseJobClientRequest release;
+    release.set_job_client_id(c1);
+    service::ReleaseJobClientResponse released;
+    REQUIRE(h.service().ReleaseJobClient(release, &released).ok());
+    auto after = d.Client(c0, 142);
+    CHECK(after.block_round() == 0);
+    CHECK(after.tasks_size() == 3);
+    d.Client(c0, 150);
   }
   h.Restart();
   REQUIRE(h.start_status().ok());
   Driver d{h.service()};
   // No client has reported since the restart: the journaled watermark bounds the rounds.
   auto late = d.Heartbeat("w4:1");
-  REQUIRE(late.new_tasks_size() == 1);
-  CHECK(late.new_tasks(0).starting_round() >= 130 + kStartingRoundMargin);
-  CHECK(late.new_tasks(0).job_id() == job_id);
+  // The restarted dispatcher knows the job's client; the new worker waits for it to agree, on a
+  // round past what it reached before the restart.
+  CHECK(late.new_tasks_size() == 0);
+  auto proposal = d.Client(c0, 151);
+  CHECK(proposal.block_round() >= 151 + kStartingRoundMargin);
+  auto joined = d.Client(c0, 151, {}, proposal.block_round());
+  REQUIRE(joined.tasks_size() == 4);
+  CHECK(joined.tasks(3).starting_round() == proposal.block_round());
+  CHECK(joined.tasks(3).job_id() == job_id);
 }
 
 }  // namespace
