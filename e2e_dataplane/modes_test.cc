@@ -358,5 +358,66 @@ TEST_CASE("Coordinated reads: a worker added mid-job joins at a round every cons
   for (const auto& consumer : consumers) CHECK(consumer->stats().rounds_skipped == 0);
 }
 
+TEST_CASE("Coordinated reads with bucket_by_length group: each round's batches come from one length bucket") {
+  sluice::testing::TempDir tmp;
+  constexpr int kConsumers = 2;
+  auto options = TestServiceOptions();
+  options.worker_flags = {"--round_timeout_ms=20000"};
+  // Short (1-4 tokens) and long (9-12 tokens) sequences interleaved, as a text corpus would mix them.
+  std::string text;
+  for (int k = 0; k < 400; ++k) {
+    const int len = k % 2 == 0 ? 1 + k % 4 : 9 + k % 4;
+    std::string arr = "[";
+    for (int i = 0; i < len; ++i) absl::StrAppend(&arr, i ? "," : "", k);
+    absl::StrAppend(&text, "{\"tokens\": ", arr, "]}\n");
+  }
+  sluice::testing::WriteFile(tmp.File("tokens.jsonl"), text);
+  auto service = StartService(1, options);
+  const auto def = Pipeline(absl::StrCat("source: {jsonl: {files: '", tmp.File("tokens.jsonl"),
+                                         "'}}\nsteps:\n  - bucket_by_length: {field: tokens, boundaries: [6], "
+                                         "batch_sizes: [4, 4], group: ", kConsumers, ", drop_remainder: true}\n"));
+  std::vector<std::unique_ptr<DataServiceClient>> consumers;
+  for (int c = 0; c < kConsumers; ++c) {
+    auto o = ClientOptions(service->dispatcher_address(), def, service::SHARDING_OFF);
+    o.job_name = "bucketed";
+    o.num_consumers = kConsumers;
+    o.consumer_index = c;
+    consumers.push_back(MakeClient(o));
+  }
+  std::vector<std::vector<int64_t>> widths(kConsumers);  // padded length of each round's batch
+  std::vector<std::string> errors(kConsumers);
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kConsumers; ++c) {
+    threads.emplace_back([&, c] {
+      while (true) {
+        auto next = consumers[static_cast<size_t>(c)]->GetNext(absl::Seconds(60));
+        if (!next.ok()) {
+          errors[static_cast<size_t>(c)] = next.status().ToString();
+          return;
+        }
+        if (!next->has_value()) return;
+        auto tokens = (**next).Get("tokens");
+        if (!tokens.ok() || (*tokens)->rank() != 2) {
+          errors[static_cast<size_t>(c)] = "batch without a [batch, length] tokens field";
+          return;
+        }
+        widths[static_cast<size_t>(c)].push_back((*tokens)->shape()[1]);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  INFO(service->Logs());
+  for (int c = 0; c < kConsumers; ++c) CHECK(errors[static_cast<size_t>(c)] == "");
+  REQUIRE(widths[0].size() == widths[1].size());
+  CHECK(widths[0].size() == 400 / 4 / kConsumers);
+  int long_rounds = 0;
+  for (size_t r = 0; r < widths[0].size(); ++r) {
+    INFO("round " << r << ": widths " << widths[0][r] << " and " << widths[1][r]);
+    CHECK((widths[0][r] >= 9) == (widths[1][r] >= 9));  // both long or both short
+    long_rounds += widths[0][r] >= 9 ? 1 : 0;
+  }
+  CHECK(long_rounds == static_cast<int>(widths[0].size()) / 2);
+}
+
 }  // namespace
 }  // namespace sluice::e2e

@@ -577,20 +577,41 @@ class CacheStage : public Stage {
 
 // ---------------------------------------------------------------- bucket_by_length
 
+// Elements go to the bucket of their length; a bucket that holds group × batch_size elements
+// emits them as `group` batches back to back (in arrival order), so `group` consecutive outputs
+// come from one bucket — with coordinated reads (group = num_consumers) the batches of one round.
 class BucketIterator : public StageIterator {
  public:
   BucketIterator(std::unique_ptr<StageIterator> input, std::string field, std::vector<int64_t> boundaries,
-                 std::vector<int64_t> sizes, double padding, bool drop_remainder, StageStats* stats)
+                 std::vector<int64_t> sizes, double padding, bool drop_remainder, int64_t group, StageStats* stats)
       : input_(std::move(input)), field_(std::move(field)), boundaries_(std::move(boundaries)),
-        sizes_(std::move(sizes)), padding_(padding), drop_remainder_(drop_remainder), stats_(stats),
+        sizes_(std::move(sizes)), padding_(padding), drop_remainder_(drop_remainder), group_(group), stats_(stats),
         buckets_(sizes_.size()) {}
   NextResult Next() override {
-    while (!input_done_) {
+    while (true) {
+      if (!ready_.empty()) {
+        Element e = std::move(ready_.front());
+        ready_.pop_front();
+        return std::optional<Element>(std::move(e));
+      }
+      if (input_done_) {
+        // The end: what is left in the buckets, unless partial groups are dropped.
+        for (size_t b = 0; b < buckets_.size() && ready_.empty(); ++b) {
+          if (buckets_[b].empty()) continue;
+          if (drop_remainder_) {
+            buckets_[b].clear();
+          } else if (auto s = Emit(b); !s.ok()) {
+            return s;
+          }
+        }
+        if (ready_.empty()) return std::optional<Element>();
+        continue;
+      }
       NextResult r = input_->Next();
       if (!r.ok()) return r;
       if (!r->has_value()) {
         input_done_ = true;
-        break;
+        continue;
       }
       const Tensor* t = (*r)->Find(field_);
       if (t == nullptr) {
@@ -600,22 +621,28 @@ class BucketIterator : public StageIterator {
       int64_t length = t->rank() == 0 ? static_cast<int64_t>(t->ByteSize()) : t->shape()[0];
       size_t b = static_cast<size_t>(std::upper_bound(boundaries_.begin(), boundaries_.end(), length) - boundaries_.begin());
       buckets_[b].push_back(std::move(**r));
-      if (static_cast<int64_t>(buckets_[b].size()) >= sizes_[b]) return Emit(b);
+      if (static_cast<int64_t>(buckets_[b].size()) >= sizes_[b] * group_) {
+        if (auto s = Emit(b); !s.ok()) return s;
+      }
     }
-    for (size_t b = 0; b < buckets_.size(); ++b) {
-      if (!buckets_[b].empty() && !drop_remainder_) return Emit(b);
-    }
-    return std::optional<Element>();
   }
 
  private:
-  NextResult Emit(size_t b) {
+  // Stacks bucket b's elements into batches of its batch size (the last may be short), queued.
+  absl::Status Emit(size_t b) {
     ScopedCpuTimer timer(stats_);
     std::vector<Element> items = std::move(buckets_[b]);
     buckets_[b].clear();
-    auto batch = StackElements(items, /*pad=*/true, padding_);
-    if (!batch.ok()) return batch.status();
-    return std::optional<Element>(*std::move(batch));
+    const size_t size = static_cast<size_t>(sizes_[b]);
+    for (size_t begin = 0; begin < items.size(); begin += size) {
+      std::vector<Element> chunk(std::make_move_iterator(items.begin() + static_cast<std::ptrdiff_t>(begin)),
+                                 std::make_move_iterator(items.begin() + static_cast<std::ptrdiff_t>(
+                                                                             std::min(items.size(), begin + size))));
+      auto batch = StackElements(chunk, /*pad=*/true, padding_);
+      if (!batch.ok()) return batch.status();
+      ready_.push_back(*std::move(batch));
+    }
+    return absl::OkStatus();
   }
 
   std::unique_ptr<StageIterator> input_;
@@ -623,8 +650,10 @@ class BucketIterator : public StageIterator {
   std::vector<int64_t> boundaries_, sizes_;
   double padding_;
   bool drop_remainder_;
+  int64_t group_;
   StageStats* stats_;
   std::vector<std::vector<Element>> buckets_;
+  std::deque<Element> ready_;
   bool input_done_ = false;
 };
 
@@ -633,15 +662,18 @@ class BucketStage : public Stage {
   BucketStage(std::unique_ptr<Stage> input, const Args& args, StageStats* stats)
       : Stage(std::move(input), stats), field_(args.String("field")), boundaries_(args.IntList("boundaries")),
         sizes_(args.IntList("batch_sizes")), padding_(args.Float("padding_value")),
-        drop_remainder_(args.Bool("drop_remainder")) {}
-  std::string Describe() const override { return absl::StrCat("bucket_by_length(", field_, ", ", sizes_.size(), " buckets)"); }
+        drop_remainder_(args.Bool("drop_remainder")), group_(args.Int("group")) {}
+  std::string Describe() const override {
+    return absl::StrCat("bucket_by_length(", field_, ", ", sizes_.size(), " buckets",
+                        group_ > 1 ? absl::StrCat(", groups of ", group_) : std::string(), ")");
+  }
 
  protected:
   absl::StatusOr<std::unique_ptr<StageIterator>> MakeRawIterator(ExecContext& ctx) const override {
     auto input = MakeInputIterator(ctx);
     if (!input.ok()) return input.status();
     return std::unique_ptr<StageIterator>(
-        new BucketIterator(*std::move(input), field_, boundaries_, sizes_, padding_, drop_remainder_, stats()));
+        new BucketIterator(*std::move(input), field_, boundaries_, sizes_, padding_, drop_remainder_, group_, stats()));
   }
 
  private:
@@ -649,6 +681,7 @@ class BucketStage : public Stage {
   std::vector<int64_t> boundaries_, sizes_;
   double padding_;
   bool drop_remainder_;
+  int64_t group_;
 };
 
 template <typename T>

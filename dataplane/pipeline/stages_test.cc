@@ -294,6 +294,41 @@ TEST_CASE("bucket_by_length batches elements of similar length, padded") {
   }
 }
 
+TEST_CASE("bucket_by_length with group emits runs of batches from one bucket (the batches of a round)") {
+  sluice::testing::TempDir dir;
+  std::string text;
+  // Short and long sequences interleaved: 1, 9, 2, 8, ... (12 of each).
+  for (int k = 0; k < 24; ++k) {
+    const int len = k % 2 == 0 ? 1 + k % 4 : 6 + k % 4;
+    std::string arr = "[";
+    for (int i = 0; i < len; ++i) absl::StrAppend(&arr, i ? "," : "", 1);
+    absl::StrAppend(&text, "{\"tokens\": ", arr, "]}\n");
+  }
+  sluice::testing::WriteFile(dir.File("t.jsonl"), text);
+  for (int group : {1, 3}) {
+    INFO("group " << group);
+    auto out = RunSpec(absl::StrCat("source: {jsonl: {files: '", dir.File("t.jsonl"),
+                                    "'}}\nsteps:\n  - bucket_by_length: {field: tokens, boundaries: [5], batch_sizes: [2, 2], group: ",
+                                    group, "}\n"));
+    REQUIRE(out.ok());
+    REQUIRE(out->size() == 12);
+    std::vector<bool> long_batch;
+    for (const auto& batch : *out) {
+      const Tensor* t = batch.Find("tokens");
+      REQUIRE(t->shape()[0] == 2);
+      long_batch.push_back(t->shape()[1] >= 6);
+    }
+    // Runs of `group` consecutive batches (a round of `group` consumers) come from one bucket.
+    for (size_t r = 0; r + group <= long_batch.size(); r += static_cast<size_t>(group)) {
+      for (int k = 1; k < group; ++k) CHECK(long_batch[r + static_cast<size_t>(k)] == long_batch[r]);
+    }
+  }
+  auto bad = RunSpec(absl::StrCat("source: {jsonl: {files: '", dir.File("t.jsonl"),
+                                  "'}}\nsteps:\n  - bucket_by_length: {field: tokens, boundaries: [5], batch_sizes: [2, 2], group: 0}\n"));
+  CHECK(!bad.ok());
+  CHECK(std::string(bad.status().message()).find("group") != std::string::npos);
+}
+
 TEST_CASE("every stage counts elements and bytes; the source counts CPU") {
   auto p = MakePipeline("source: {synthetic: {count: 64, shape: [1000]}}\nsteps:\n  - filter: {field: index, lt: 32}\n  - batch: 8\n");
   REQUIRE(p.ok());

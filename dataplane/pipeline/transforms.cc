@@ -45,7 +45,10 @@ const std::vector<TransformDescriptor>& AllTransforms() {
         Required("boundaries", ArgType::kIntList, "ascending bucket upper bounds (exclusive)"),
         Required("batch_sizes", ArgType::kIntList, "batch size per bucket: len(boundaries)+1 entries"),
         WithDefault("padding_value", 0.0, "value used for padding"),
-        WithDefault("drop_remainder", false, "drop partial batches at the end")}},
+        WithDefault("drop_remainder", false, "drop partial batches at the end"),
+        Bounded(WithDefault("group", int64_t{1},
+                            "emit batches in runs of this many from one bucket (coordinated reads: num_consumers, so the batches of one round have similar lengths)"),
+                1, std::nullopt)}},
   };
   return *all;
 }
