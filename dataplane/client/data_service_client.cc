@@ -320,6 +320,7 @@ absl::Status DataServiceClient::Impl::Start() {
   spec->set_compression(opts_.compression);
   spec->set_target_workers(opts_.target_workers);
   job_req.set_client_host(client_host_);
+  if (coordinated_) job_req.set_consumer_index(opts_.consumer_index);
   service::GetOrCreateJobResponse job_resp;
   auto s = CallDispatcherAtCreate("GetOrCreateJob", deadline, [&](grpc::ClientContext* ctx) {
     return dispatcher_->GetOrCreateJob(ctx, job_req, &job_resp);

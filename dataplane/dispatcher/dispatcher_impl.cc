@@ -220,6 +220,10 @@ absl::Status DispatcherService::GetOrCreateJob(const service::GetOrCreateJobRequ
   if (spec.num_consumers() > 0 && spec.sharding() != service::SHARDING_OFF) {
     return absl::InvalidArgumentError("spec.num_consumers > 0 (coordinated reads) needs sharding SHARDING_OFF");
   }
+  if (spec.num_consumers() > 0 && (request.consumer_index() < 0 || request.consumer_index() >= spec.num_consumers())) {
+    return absl::InvalidArgumentError(absl::StrCat("consumer_index is ", request.consumer_index(), "; must be in [0, ",
+                                                   spec.num_consumers(), ") (spec.num_consumers)"));
+  }
   spec.set_num_epochs(NormalizedNumEpochs(spec.num_epochs()));
   int64_t sequence = 0;
   {
@@ -293,12 +297,38 @@ absl::Status DispatcherService::GetOrCreateJob(const service::GetOrCreateJobRequ
           .With("sharding", service::ShardingPolicy_Name(spec.sharding()))
           .With("tasks", static_cast<int64_t>(job->tasks.size()));
     }
+    const int64_t new_client_id = state_.next_job_client_id();
+    const int32_t consumer_index = spec.num_consumers() > 0 ? request.consumer_index() : 0;
+    if (spec.num_consumers() > 0) {
+      // One client per consumer index: a new one replaces the holder (a restarted trainer; a
+      // misconfigured second one makes the first fail loudly instead of both reading half rounds).
+      std::vector<int64_t> holders;
+      for (int64_t other : job->clients) {
+        if (state_.FindJobClient(other)->consumer_index == consumer_index) holders.push_back(other);
+      }
+      const int64_t job_id = job->id;
+      for (int64_t holder : holders) {
+        const std::string holder_host = state_.FindJobClient(holder)->client_host;
+        if (absl::Status s = ReleaseClientLocked(holder); !s.ok()) return s;
+        replaced_clients_[holder] = absl::StrCat("job_client_id ", holder, " (consumer_index ", consumer_index,
+                                                 " of job ", job_id, ", host '", holder_host,
+                                                 "') was replaced by job client ", new_client_id, " from host '",
+                                                 request.client_host(), "'; each consumer needs its own index");
+        SLUICE_LOG(Warning, "a new client takes over a consumer index")
+            .With("job_id", job_id)
+            .With("consumer_index", static_cast<int64_t>(consumer_index))
+            .With("replaced_job_client_id", holder)
+            .With("job_client_id", new_client_id);
+      }
+      job = state_.FindJob(job_id);
+    }
     Update acquire;
     auto* a = acquire.mutable_acquire_job_client();
-    a->set_job_client_id(state_.next_job_client_id());
+    a->set_job_client_id(new_client_id);
     a->set_job_id(job->id);
     a->set_client_host(request.client_host());
     a->set_target_workers(spec.target_workers());
+    a->set_consumer_index(consumer_index);
     if (absl::Status s = Commit(acquire); !s.ok()) return s;
     client_seen_[a->job_client_id()] = clock_->Now();
     client_metrics_[a->job_client_id()] = service::ClientMetrics();  // a new client counts from zero
@@ -421,6 +451,9 @@ absl::Status DispatcherService::ClientHeartbeat(const service::ClientHeartbeatRe
     absl::MutexLock lock(&mu_);
     const DispatcherState::JobClient* client = state_.FindJobClient(request.job_client_id());
     if (client == nullptr) {
+      if (auto it = replaced_clients_.find(request.job_client_id()); it != replaced_clients_.end()) {
+        return absl::FailedPreconditionError(it->second);
+      }
       return absl::NotFoundError(absl::StrCat("job_client_id ", request.job_client_id(), " is not known"));
     }
     client_seen_[client->id] = clock_->Now();

@@ -142,6 +142,9 @@ class DispatcherService {
     std::set<int64_t> acked;                                      // clients holding `round`
   };
   std::map<int64_t, PendingJoin> pending_joins_ ABSL_GUARDED_BY(mu_);
+  // Coordinated reads: clients replaced by a newer client with their consumer index -> why (their
+  // next heartbeat gets it as FAILED_PRECONDITION). Soft state; a few bytes per replacement.
+  std::map<int64_t, std::string> replaced_clients_ ABSL_GUARDED_BY(mu_);
 };
 
 // True when a client on `client_host` and a worker on `worker_host` share a host (exact match,

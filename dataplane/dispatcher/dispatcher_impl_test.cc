@@ -46,8 +46,9 @@ struct Driver {
   absl::Status Job(const std::string& dataset, service::ShardingPolicy sharding, const std::string& name,
                    service::GetOrCreateJobResponse* resp, int64_t num_epochs = 1,
                    service::TargetWorkers target = service::TARGET_WORKERS_ANY, const std::string& host = "hostC",
-                   int32_t num_consumers = 0) {
+                   int32_t num_consumers = 0, int32_t consumer_index = 0) {
     service::GetOrCreateJobRequest req;
+    req.set_consumer_index(consumer_index);
     req.mutable_spec()->set_dataset_id(dataset);
     req.mutable_spec()->set_sharding(sharding);
     req.mutable_spec()->set_job_name(name);
@@ -780,6 +781,34 @@ TEST_CASE("jobs without clients finish after the grace period; silent clients ar
   CHECK(d.JobInfo(again.job_id()).num_clients() == 0);
 }
 
+TEST_CASE("coordinated reads: one client per consumer index; a new one replaces the holder, which learns why") {
+  ServiceHarness h("");
+  Driver d{h.service()};
+  const std::string ds = d.Register(RangePipeline(100, 10));
+  d.Heartbeat("w1:1");
+  service::GetOrCreateJobResponse first, second, third;
+  REQUIRE(d.Job(ds, service::SHARDING_OFF, "coord", &first, 1, service::TARGET_WORKERS_ANY, "trainer-a", 2, 0).ok());
+  REQUIRE(d.Job(ds, service::SHARDING_OFF, "coord", &second, 1, service::TARGET_WORKERS_ANY, "trainer-b", 2, 1).ok());
+  service::GetOrCreateJobResponse bad;
+  absl::Status s = d.Job(ds, service::SHARDING_OFF, "coord", &bad, 1, service::TARGET_WORKERS_ANY, "x", 2, 2);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Contains(s, "consumer_index is 2; must be in [0, 2)"));
+  CHECK(d.JobInfo(first.job_id()).num_clients() == 2);
+  // Trainer a restarts: its new client takes index 0 over.
+  REQUIRE(d.Job(ds, service::SHARDING_OFF, "coord", &third, 1, service::TARGET_WORKERS_ANY, "trainer-a2", 2, 0).ok());
+  CHECK(third.job_id() == first.job_id());
+  CHECK(d.JobInfo(first.job_id()).num_clients() == 2);
+  service::ClientHeartbeatRequest req;
+  req.set_job_client_id(first.job_client_id());
+  service::ClientHeartbeatResponse resp;
+  s = h.service().ClientHeartbeat(req, &resp);
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(Contains(s, absl::StrCat("was replaced by job client ", third.job_client_id(), " from host 'trainer-a2'")));
+  CHECK(Contains(s, "consumer_index 0"));
+  d.Client(second.job_client_id(), 3);  // the other consumer is untouched
+  d.Client(third.job_client_id(), 3);
+}
+
 TEST_CASE("coordinated reads: a late worker starts at a round every consumer agreed to hold, also after a restart") {
   TempDir dir;
   ServiceHarness h(dir.path().string());
@@ -796,7 +825,7 @@ TEST_CASE("coordinated reads: a late worker starts at a round every consumer agr
     job_id = job.job_id();
     c0 = job.job_client_id();
     service::GetOrCreateJobResponse second;
-    REQUIRE(d.Job(ds, service::SHARDING_OFF, "coord", &second, 1, service::TARGET_WORKERS_LOCAL, "elsewhere", 2).ok());
+    REQUIRE(d.Job(ds, service::SHARDING_OFF, "coord", &second, 1, service::TARGET_WORKERS_LOCAL, "elsewhere", 2, 1).ok());
     const int64_t c1 = second.job_client_id();
     CHECK(d.Client(c0, 0).tasks().size() == 1);  // coordinated reads see every task regardless of locality
     d.Client(c0, 100);

@@ -208,6 +208,19 @@ absl::Status DispatcherState::CheckAcquireJobClient(const service::AcquireJobCli
   if (job->finished) {
     return absl::FailedPreconditionError(absl::StrCat("acquire_job_client.job_id ", u.job_id(), " is finished"));
   }
+  const int32_t consumers = job->spec.num_consumers();
+  if (u.consumer_index() < 0 || (consumers > 0 && u.consumer_index() >= consumers)) {
+    return absl::InvalidArgumentError(absl::StrCat("acquire_job_client.consumer_index ", u.consumer_index(),
+                                                   " is outside [0, ", std::max(consumers, 1), ")"));
+  }
+  if (consumers > 0) {
+    for (int64_t other : job->clients) {
+      if (job_clients_.at(other).consumer_index == u.consumer_index()) {
+        return absl::AlreadyExistsError(absl::StrCat("acquire_job_client.consumer_index ", u.consumer_index(),
+                                                     " of job ", u.job_id(), " is held by job client ", other));
+      }
+    }
+  }
   if (!service::TargetWorkers_IsValid(u.target_workers())) {
     return absl::InvalidArgumentError(
         absl::StrCat("acquire_job_client.target_workers ", u.target_workers(), " is not a TargetWorkers value"));
@@ -633,6 +646,7 @@ void DispatcherState::DoAcquireJobClient(const service::AcquireJobClientUpdate& 
   c.job_id = u.job_id();
   c.client_host = u.client_host();
   c.target_workers = u.target_workers();
+  c.consumer_index = u.consumer_index();
   jobs_.at(u.job_id()).clients.insert(c.id);
   next_job_client_id_ = u.job_client_id() + 1;
 }
@@ -881,6 +895,7 @@ std::vector<Update> DispatcherState::ToSnapshotUpdates() const {
     u->set_job_id(c.job_id);
     u->set_client_host(c.client_host);
     u->set_target_workers(c.target_workers);
+    u->set_consumer_index(c.consumer_index);
   }
   for (const auto& [job_id, job] : jobs_) {
     // Finishing drops the split positions, so it comes before restoring the counters.
@@ -956,7 +971,8 @@ std::string DispatcherState::DebugString() const {
                     " index=", t.worker_index, "/", t.num_workers, " finished=", t.finished, "\n");
   }
   for (const auto& [id, c] : job_clients_) {
-    absl::StrAppend(&out, "client ", id, " job=", c.job_id, " host=", c.client_host, " target=", c.target_workers, "\n");
+    absl::StrAppend(&out, "client ", id, " job=", c.job_id, " host=", c.client_host, " target=", c.target_workers,
+                    " consumer=", c.consumer_index, "\n");
   }
   for (const auto& [name, id] : job_by_name_) absl::StrAppend(&out, "job_name ", name, " -> ", id, "\n");
   for (const auto& [id, job] : jobs_) {

@@ -81,6 +81,7 @@ class DispatcherState {
     int64_t job_id = 0;
     std::string client_host;
     service::TargetWorkers target_workers = service::TARGET_WORKERS_AUTO;
+    int32_t consumer_index = 0;   // coordinated reads
   };
 
   struct Worker {
