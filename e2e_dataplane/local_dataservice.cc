@@ -149,7 +149,7 @@ absl::Status LocalDataService::StopGracefully(absl::Duration timeout) {
 }
 
 absl::StatusOr<service::GetStateResponse> LocalDataService::GetState(absl::Duration timeout) const {
-  auto channel = rpc::MakeChannel(dispatcher_.address, rpc::TlsOptions{});
+  auto channel = rpc::MakeChannel(dispatcher_.address, options_.client_tls);
   if (!channel.ok()) return channel.status();
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));

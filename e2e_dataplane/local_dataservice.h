@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "dataservice.pb.h"
+#include "dataplane/rpc/credentials.h"
 #include "e2e_dataplane/child_process.h"
 #include "e2e_dataplane/metrics_text.h"
 
@@ -39,6 +40,7 @@ struct LocalDataServiceOptions {
   std::string log_dir;                    // non-empty: each process's output goes to <log_dir>/<name>.log too
   bool echo_logs = false;                 // also copy every process's output to stderr
   absl::Duration start_timeout = absl::Seconds(30);  // for each process's "listening" line
+  rpc::TlsOptions client_tls;             // how GetState reaches a dispatcher started with TLS flags
 };
 
 // One started process and what its "listening" line said.

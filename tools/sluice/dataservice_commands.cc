@@ -186,8 +186,9 @@ std::string FormatDispatcherState(const service::GetStateResponse& state) {
   return out;
 }
 
-int RunDispatcherState(const std::string& address, bool json, std::ostream& out, std::ostream& err) {
-  auto channel = rpc::MakeChannel(address, rpc::TlsOptions{});
+int RunDispatcherState(const std::string& address, bool json, const rpc::TlsOptions& tls, std::ostream& out,
+                       std::ostream& err) {
+  auto channel = rpc::MakeChannel(address, tls);
   if (!channel.ok()) {
     err << "sluice dispatcher-state: " << channel.status().message() << "\n";
     return 1;
@@ -420,7 +421,12 @@ void AddDataServiceCommands(CLI::App& app, int& rc) {
   auto* state = app.add_subcommand("dispatcher-state", "Print a dispatcher's workers and jobs (GetState)");
   state->add_option("address", *address, "the dispatcher's host:port")->required();
   state->add_flag("--json", *json, "print the GetState answer as JSON");
-  state->callback([address, json, &rc] { rc = RunDispatcherState(*address, *json, std::cout, std::cerr); });
+  auto tls = std::make_shared<rpc::TlsOptions>();
+  state->add_option("--tls_ca", tls->ca_file, "PEM CA to verify the dispatcher with (TLS)");
+  state->add_option("--tls_cert", tls->cert_file, "PEM client certificate (mutual TLS)");
+  state->add_option("--tls_key", tls->key_file, "PEM private key for --tls_cert");
+  state->add_option("--tls_server_name", tls->server_name_override, "expected name in the dispatcher's certificate");
+  state->callback([address, json, tls, &rc] { rc = RunDispatcherState(*address, *json, *tls, std::cout, std::cerr); });
 }
 
 }  // namespace sluice::cli

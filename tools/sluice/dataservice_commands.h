@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "dataplane/rpc/credentials.h"
 #include "dataservice.pb.h"
 
 namespace CLI {
@@ -42,7 +43,9 @@ struct UpOptions {
 };
 
 int RunUp(const UpOptions& options, std::ostream& out, std::ostream& err);
-int RunDispatcherState(const std::string& address, bool json, std::ostream& out, std::ostream& err);
+// `tls` empty: plaintext; ca_file: TLS; cert_file + key_file too: mutual TLS.
+int RunDispatcherState(const std::string& address, bool json, const rpc::TlsOptions& tls, std::ostream& out,
+                       std::ostream& err);
 
 // examples/pipelines/fashion_mnist.yaml, looked up in the working directory, then next to the
 // source tree of the binary's build directory (<bin>/../../examples), then <bin>/../share/sluice.
