@@ -169,6 +169,9 @@ def test_two_replicas_one_leader_and_failover(cluster):
                              lease_holder(cluster), 30, "the standby to take the Lease")
     failover = time.monotonic() - killed_at
     print("failover after SIGKILL of the leader: %.2f s (lease duration 3 s)" % failover)
+    # Within the lease duration plus the standby's retry period and a margin for a loaded machine
+    # (SIGKILL leaves the Lease held until it expires).
+    assert failover < 3 + 0.5 + 5, "failover took %.2f s" % failover
     assert taken["leaseTransitions"] == transitions + 1
     cluster.wait_for(lambda: replicas[standby].metrics().get("sluice_operator_leader") == 1, 30, "the new leader")
 
@@ -176,3 +179,12 @@ def test_two_replicas_one_leader_and_failover(cluster):
                                {"spec": {"replicas": 3}})
     ds = wait_ready(cluster, "ha", "h", 3)
     assert_owned_pods(cluster, "ha", ds, 3)
+
+    # SIGTERM of the leader: it stops its controller first, then releases the Lease (holder
+    # cleared) so a successor need not wait for expiry, and exits 0.
+    code = replicas[standby].stop(grace=15)
+    assert code == 0, replicas[standby].log()[-2000:]
+    released = lease_holder(cluster)
+    assert released is not None and not released.get("holderIdentity"), released
+    log = replicas[standby].log()
+    assert "controller stopped; releasing the leader Lease" in log, log[-2000:]

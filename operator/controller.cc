@@ -329,6 +329,31 @@ void DataServiceController::RunDrainRound(const std::string& key, const DrainWor
   if (progress.complete) queue_.Add(key);  // release the finalizer now, not at the next poll
 }
 
+absl::Status DataServiceController::ForeignObjectConflict(const CreateObject& create, const std::string& ns,
+                                                          const json& dataservice, const absl::Status& status) {
+  if (!absl::IsAlreadyExists(status)) return status;
+  // AlreadyExists: ours (a create whose answer was lost, a stale cache) is fine — its watch event
+  // arrives; anything else is a conflict to report and retry.
+  absl::StatusOr<json> existing = client_->Get(RefForKind(create.kind), ns, create.name);
+  if (!existing.ok()) {
+    if (absl::IsNotFound(existing.status())) {
+      return absl::AbortedError(absl::StrCat(create.kind, " ", create.name, " existed and is gone now; retrying"));
+    }
+    return existing.status();
+  }
+  const std::optional<json> controller = kube::ControllerOf(*existing);
+  const std::string uid = kube::UidOf(dataservice);
+  if (controller && controller->value("uid", "") == uid) return absl::OkStatus();
+  const bool terminating = existing->contains("metadata") && (*existing)["metadata"].contains("deletionTimestamp");
+  return absl::AlreadyExistsError(absl::StrCat(
+      create.kind, " ", create.name, " already exists and is not controlled by this DataService (",
+      controller ? absl::StrCat("controller: ", controller->value("kind", "?"), " ", controller->value("name", "?"),
+                                " uid ", controller->value("uid", "?"))
+                 : std::string("no controller"),
+      terminating ? "; it is terminating" : "",
+      "); retrying with backoff until it is gone — delete or rename it if it is not going away"));
+}
+
 absl::Status DataServiceController::Execute(const std::string& key, const json& dataservice,
                                             const ReconcileResult& result, std::optional<absl::Duration>* status_due) {
   const std::string ns = kube::NamespaceOf(dataservice);
@@ -364,14 +389,17 @@ absl::Status DataServiceController::Execute(const std::string& key, const json& 
         SLUICE_LOG(Info, "created").With("dataservice", key).With("kind", c->kind).With("name", c->name);
         objects_changed = true;
         announce(c->event);
-      } else if (!absl::IsAlreadyExists(created.status())) {  // exists: the cache will show it
+      } else if (absl::Status conflict = ForeignObjectConflict(*c, ns, dataservice, created.status()); !conflict.ok()) {
+        // Not created. Either an error, or the name is taken by an object this DataService does
+        // not control (a previous DataService of the same name still terminating, or someone
+        // else's): the cache would never show ours, so the expectation must not wait for it.
         {
           absl::MutexLock lock(&mu_);
           expectations_.CreateFailed(key, ObjectKey(c->kind, c->name));
         }
         Emit(dataservice, EmitEvent{"Warning", "FailedCreate", "Create",
-                                    absl::StrCat("creating ", c->kind, " ", c->name, ": ", created.status().message())});
-        fail(created.status(), absl::StrCat("create ", c->kind, " ", c->name), "create");
+                                    absl::StrCat("creating ", c->kind, " ", c->name, ": ", conflict.message())});
+        fail(conflict, absl::StrCat("create ", c->kind, " ", c->name), "create");
       }
     } else if (const auto* a = std::get_if<ApplyObject>(&action)) {
       absl::StatusOr<json> applied =

@@ -98,6 +98,11 @@ class DataServiceController {
   // Runs the actions; sets `status_due` when a status write was deferred (coalesced) until then.
   absl::Status Execute(const std::string& key, const nlohmann::json& dataservice, const ReconcileResult& result,
                        std::optional<absl::Duration>* status_due);
+  // After a create failed with `status`: OK when the object exists and this DataService controls
+  // it (the create raced an earlier one), else the error to report (AlreadyExists naming the
+  // object's controller when the name is taken by someone else). Makes a GET; no lock held.
+  absl::Status ForeignObjectConflict(const CreateObject& create, const std::string& ns, const nlohmann::json& dataservice,
+                                     const absl::Status& status);
   void Emit(const nlohmann::json& dataservice, const EmitEvent& event);
   void RunDrainRound(const std::string& key, const DrainWorkers& drain);
   // A problem worth a warning: `what` happened to DataService `key` (or "" when none).

@@ -262,5 +262,60 @@ TEST_CASE("the controller runs a Hybrid DataService against an API server", "[co
   controller.Stop();
 }
 
+TEST_CASE("a worker name taken by a pod the DataService does not control: reported, retried, then created",
+          "[controller][integration]") {
+  TestApiServer server;
+  kube::Config config;
+  config.server = server.url();
+  absl::StatusOr<std::unique_ptr<kube::Client>> made = kube::Client::Create(config);
+  REQUIRE(made.ok());
+  kube::Client& client = **made;
+  REQUIRE(client.Create(kube::resources::CustomResourceDefinitions(), "", Crd()).ok());
+  REQUIRE(client.Create(kube::resources::Namespaces(), "", json{{"apiVersion", "v1"}, {"kind", "Namespace"},
+                                                              {"metadata", {{"name", "ml"}}}}).ok());
+  // Someone else's pod already has the name of the DataService's first remote worker (say, the
+  // last pod of a deleted DataService of the same name, orphaned).
+  REQUIRE(client.Create(kube::resources::Pods(), "ml", json::parse(R"js({"apiVersion": "v1", "kind": "Pod",
+      "metadata": {"name": "ds-worker-remote-0"},
+      "spec": {"containers": [{"name": "x", "image": "other:dev"}]}})js")).ok());
+  json ds = json::parse(R"js({"apiVersion": "sluice.dev/v1alpha1", "kind": "DataService",
+      "metadata": {"name": "ds", "namespace": "ml"},
+      "spec": {"dispatcher": {"image": "sluice-dispatcher:dev"},
+               "workers": {"image": "sluice-worker:dev", "replicas": 1},
+               "placement": {"policy": "RemoteOnly"}}})js");
+  REQUIRE(client.Create(DataServices(), "ml", ds).ok());
+  OperatorOptions options;
+  options.workers = 1;
+  options.log = [](absl::string_view) {};
+  DataServiceController controller(&client, options);
+  REQUIRE(controller.Start(absl::Seconds(30)).ok());
+
+  auto failed_create_note = [&]() -> std::string {
+    absl::StatusOr<json> events = client.List(kube::resources::Events(), "ml");
+    if (!events.ok()) return "";
+    for (const json& e : (*events)["items"]) {
+      if (e.value("reason", "") == "FailedCreate") return e.value("note", "");
+    }
+    return "";
+  };
+  REQUIRE(WaitFor([&] { return !failed_create_note().empty(); }, absl::Seconds(30)));
+  const std::string note = failed_create_note();
+  INFO(note);
+  CHECK(absl::StrContains(note, "ds-worker-remote-0 already exists and is not controlled by this DataService"));
+  // The other pod goes: the operator creates its own within its retry backoff, not after the
+  // expectations' 5-minute timeout.
+  kube::DeleteOptions now;
+  now.grace_period_seconds = 0;
+  REQUIRE(client.Delete(kube::resources::Pods(), "ml", "ds-worker-remote-0", now).ok());
+  auto ours = [&] {
+    absl::StatusOr<json> pod = client.Get(kube::resources::Pods(), "ml", "ds-worker-remote-0");
+    if (!pod.ok()) return false;
+    const std::optional<json> controller_ref = kube::ControllerOf(*pod);
+    return controller_ref.has_value() && controller_ref->value("kind", "") == "DataService";
+  };
+  CHECK(WaitFor(ours, absl::Seconds(60)));
+  controller.Stop();
+}
+
 }  // namespace
 }  // namespace sluice::op

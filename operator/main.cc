@@ -204,11 +204,22 @@ int main(int argc, char** argv) {
   le.retry_period = absl::Seconds(flags.retry_period_seconds);
   std::atomic<int> code{0};
   std::thread leader_thread;
+  // The elector stops (and releases the Lease) only after the controller has stopped: a successor
+  // must not start reconciling while this process still finishes its in-flight writes. A standby
+  // (not leading) stops at once.
+  std::stop_source elector_stop;
+  std::atomic<bool> leading{false};
+  std::stop_callback stop_standby(stop.get_token(), [&] {
+    if (!leading.load()) elector_stop.request_stop();
+  });
   le.on_started_leading = [&] {
     SLUICE_LOG(Info, "acquired the leader Lease").With("lease", le.lease_namespace + "/" + le.lease_name);
+    leading = true;
     leader_thread = std::thread([&] {
       code = run();
       stop.request_stop();
+      SLUICE_LOG(Info, "controller stopped; releasing the leader Lease");
+      elector_stop.request_stop();
     });
   };
   le.on_stopped_leading = [&] {
@@ -230,7 +241,7 @@ int main(int argc, char** argv) {
   SLUICE_LOG(Info, "waiting for the leader Lease")
       .With("lease", le.lease_namespace + "/" + le.lease_name)
       .With("identity", flags.identity);
-  absl::Status ran = elector.Run(stop.get_token());
+  absl::Status ran = elector.Run(elector_stop.get_token());
   if (!ran.ok()) SLUICE_LOG(Error, "leader election failed").With("error", ran.ToString());
   stop.request_stop();
   if (leader_thread.joinable()) leader_thread.join();

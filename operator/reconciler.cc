@@ -447,6 +447,19 @@ void Planner::PlanWorkers() {
   for (const WorkerPod& w : workers_) {
     if (listed.count(w.pod->name)) Delete(w, "listed in spec.workers.workersToDelete", &deleted);
   }
+  // Hybrid with the split left to the operator (no workers.local): the listed pods are the scale
+  // down. Their pools keep what is left rather than being rebalanced in the same breath (which
+  // would delete a pod nobody named and create another); only a shortfall is filled, local first.
+  if (!listed.empty() && ds_.spec.placement.policy == PlacementPolicy::kHybrid && !spec.local.has_value()) {
+    const int64_t replicas = result_.plan.desired_local + result_.plan.desired_remote;
+    const int64_t local_left = static_cast<int64_t>(remaining(Pool::kLocal).size());
+    const int64_t remote_left = static_cast<int64_t>(remaining(Pool::kRemote).size());
+    if (local_left + remote_left <= replicas && local_left <= result_.plan.desired_local) {
+      const int64_t shortfall = replicas - local_left - remote_left;
+      result_.plan.desired_local = std::min(result_.plan.desired_local, local_left + shortfall);
+      result_.plan.desired_remote = replicas - result_.plan.desired_local;
+    }
+  }
   // 3. Local pods beyond what their node can take now (or on nodes that no longer run consumers).
   std::map<std::string, std::vector<WorkerPod>> by_node;
   for (const WorkerPod& w : remaining(Pool::kLocal)) by_node[w.node].push_back(w);

@@ -707,7 +707,41 @@ TEST_CASE("scale-down deletes exactly the pods named in workersToDelete", "[reco
   }
 }
 
-TEST_CASE("default scale-down order: not ready first, then remote, then newest", "[reconciler][scaledown]") {
+TEST_CASE("Hybrid without workers.local: workersToDelete naming a local pod deletes exactly it, no rebalancing",
+          "[reconciler][scaledown]") {
+  FakeCluster c(HybridDataService(4));
+  c.nodes() = {GpuNode("gpu-1", 32000)};
+  c.consumers() = {Trainer("t1", "gpu-1", 20000)};  // room for 3 local
+  c.Converge();
+  REQUIRE(c.LivePods("ds-worker-local-").size() == 3);
+  REQUIRE(c.LivePods("ds-worker-remote-").size() == 1);
+  c.ds()["spec"]["workers"]["replicas"] = 3;
+  c.ds()["spec"]["workers"]["workersToDelete"] = {"ds-worker-local-1"};
+  ReconcileResult r = c.Step();
+  CHECK(Deleted(r) == std::vector<std::string>{"ds-worker-local-1"});
+  CHECK(All<CreateObject>(r).empty());
+  CHECK(FindEvent(r, "ScalingDown")->note == "workers 4 -> 3 (local 3 -> 2, remote 1 -> 1)");
+  // Later passes with the list still in place keep the split.
+  c.FinishTerminations();
+  c.SetAllReady();
+  c.now += absl::Seconds(10);
+  ReconcileResult r2 = c.Step();
+  CHECK(Deleted(r2).empty());
+  CHECK(All<CreateObject>(r2).empty());
+  // Growing again with the list in place fills local capacity first.
+  c.ds()["spec"]["workers"]["replicas"] = 4;
+  ReconcileResult r3 = c.Step();
+  CHECK(Deleted(r3).empty());
+  REQUIRE(Created(r3).size() == 1);
+  CHECK(absl::StartsWith(Created(r3)[0], "ds-worker-local-"));
+}
+
+// The order within a pool is: not ready, outdated, newest. Across pools the per-pool targets come
+// first (Hybrid keeps local capacity filled), so a shrinking Hybrid service loses remote pods before
+// local ones even when a local pod is not ready: deleting that one instead would be followed by
+// deleting a remote pod and creating a local one to restore the split.
+TEST_CASE("default scale-down order: remote pool first (per-pool targets), then within a pool not ready, then newest",
+          "[reconciler][scaledown]") {
   FakeCluster c(HybridDataService(6));
   c.nodes() = {GpuNode("gpu-1", 32000)};
   c.consumers() = {Trainer("t1", "gpu-1", 20000)};  // room for 3 local
