@@ -240,6 +240,13 @@ absl::StatusOr<int> ChildProcess::Wait(absl::Duration timeout) {
     return absl::DeadlineExceededError(
         absl::StrCat(name_, " (pid ", pid_, ") still runs after ", absl::FormatDuration(timeout)));
   }
+  {
+    // The process is gone, but its last output may still be in the pipe: let the reader reach the
+    // end (bounded: a grandchild that inherited the pipe can keep it open).
+    absl::MutexLock lock(&mu_);
+    auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return output_ended_; };
+    mu_.AwaitWithTimeout(absl::Condition(&ended), absl::Seconds(2));
+  }
   absl::MutexLock lock(&reap_mu_);
   return wait_status_;
 }

@@ -61,8 +61,9 @@ class ChildProcess {
   void Signal(int signal);
   // SIGKILL to the whole process group, then reaps the child. Idempotent.
   void KillGroup();
-  // Waits for the child to exit and reaps it; returns its wait status (see waitpid).
-  // DeadlineExceeded if it is still running after `timeout`.
+  // Waits for the child to exit and reaps it; returns its wait status (see waitpid). Output()
+  // then holds everything it wrote (waits up to 2 s more for the pipe's end). DeadlineExceeded if
+  // it is still running after `timeout`.
   absl::StatusOr<int> Wait(absl::Duration timeout);
   // True once the child exited (reaps it if it did).
   bool Exited();
