@@ -103,6 +103,21 @@ TEST_CASE("kill -9 of a worker mid-epoch (dynamic): no duplicates, the epoch com
   }
   REQUIRE(unchanged == 3);
   const int64_t produced_by_victim = static_cast<int64_t>(last[0]);
+  // The stalled workers' gauges (refreshed at each heartbeat) show a full buffer and their task.
+  for (int w = 0; w < 2; ++w) {
+    INFO("worker " << w);
+    double buffered = 0;
+    const absl::Time gauge_deadline = absl::Now() + absl::Seconds(30);
+    while ((buffered = WorkerMetric(*service, w, "sluice_worker_buffered_elements")) == 0 && absl::Now() < gauge_deadline) {
+      absl::SleepFor(absl::Milliseconds(50));  // a poll interval
+    }
+    CHECK(buffered > 0);
+    CHECK(buffered <= 8);  // --buffer_elements=8: one task
+    CHECK(WorkerMetric(*service, w, "sluice_worker_active_tasks") == 1);
+    CHECK(WorkerMetric(*service, w, "sluice_worker_busy_seconds_total") > 0);
+    CHECK(WorkerMetric(*service, w, "sluice_worker_bytes_produced_total") >=
+          WorkerMetric(*service, w, "sluice_worker_elements_produced_total") * kPadLength * 8);
+  }
 
   service->KillWorker(0);
   std::vector<int64_t> rest = ReadAll(*client);

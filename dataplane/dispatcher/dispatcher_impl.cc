@@ -134,6 +134,17 @@ void DispatcherService::UpdateGaugesLocked() {
   }
   metrics_->SetJobs(active);
   metrics_->SetWorkers(local, remote);
+  std::map<std::string, std::pair<int64_t, int64_t>> per_job;
+  for (const auto& [id, job] : state_.jobs()) {
+    if (job.finished) continue;
+    auto& counts = per_job[JobLabel(job)];
+    for (int64_t t : job.tasks) {
+      const DispatcherState::Worker* w = state_.FindWorker(state_.FindTask(t)->worker_address);
+      if (w == nullptr) continue;
+      (w->placement == service::PLACEMENT_LOCAL ? counts.first : counts.second)++;
+    }
+  }
+  metrics_->SetJobWorkers(per_job);
   if (journal_ != nullptr) metrics_->SetJournalBytes(journal_->bytes());
 }
 

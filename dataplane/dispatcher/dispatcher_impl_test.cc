@@ -160,6 +160,46 @@ double MetricValue(prometheus::Registry& registry, const std::string& name, cons
   return total;
 }
 
+TEST_CASE("metrics: each unfinished job's workers by placement; a finished job's series go") {
+  ServiceHarness h("");
+  Driver d{h.service()};
+  const std::string ds = d.Register(RangePipeline(100, 10));
+  d.Heartbeat("w1:1");
+  service::WorkerHeartbeatRequest local;
+  local.set_worker_address("gpu:1");
+  local.set_worker_host("gpu");
+  local.set_placement(service::PLACEMENT_LOCAL);
+  service::WorkerHeartbeatResponse ignored;
+  REQUIRE(h.service().WorkerHeartbeat(local, &ignored).ok());
+  auto job = d.MustJob(ds, service::SHARDING_OFF, "train");
+  h.service().Tick();
+  auto value = [&](const std::string& job_label, const std::string& placement) -> std::optional<double> {
+    for (const auto& family : h.registry().Collect()) {
+      if (family.name != "sluice_dispatcher_job_workers") continue;
+      for (const auto& m : family.metric) {
+        std::map<std::string, std::string> labels;
+        for (const auto& l : m.label) labels[l.name] = l.value;
+        if (labels["job"] == job_label && labels["placement"] == placement) return m.gauge.value;
+      }
+    }
+    return std::nullopt;
+  };
+  CHECK(value("train", "local") == 1.0);
+  CHECK(value("train", "remote") == 1.0);
+  service::ReleaseJobClientRequest release;
+  release.set_job_client_id(job.job_client_id());
+  service::ReleaseJobClientResponse released;
+  REQUIRE(h.service().ReleaseJobClient(release, &released).ok());
+  h.clock().Advance(absl::Hours(1));  // past the job's grace without clients: it finishes
+  d.Heartbeat("w1:1");
+  REQUIRE(h.service().WorkerHeartbeat(local, &ignored).ok());
+  h.service().Tick();
+  h.service().Tick();
+  CHECK(d.JobInfo(job.job_id()).finished());
+  CHECK(!value("train", "local").has_value());
+  CHECK(!value("train", "remote").has_value());
+}
+
 TEST_CASE("RegisterDataset: same pipeline, same id; bad pipelines are named") {
   ServiceHarness h("");
   Driver d{h.service()};

@@ -35,7 +35,9 @@ DispatcherMetrics::DispatcherMetrics(prometheus::Registry& registry, std::string
       workers_local_(workers_.Add({{"dataservice", dataservice_}, {"placement", "local"}})),
       workers_remote_(workers_.Add({{"dataservice", dataservice_}, {"placement", "remote"}})),
       journal_bytes_(GaugeFamily(registry, "sluice_dispatcher_journal_bytes", "Bytes of the journal's live files")
-                         .Add({{"dataservice", dataservice_}})) {}
+                         .Add({{"dataservice", dataservice_}})),
+      job_workers_(GaugeFamily(registry, "sluice_dispatcher_job_workers",
+                               "Workers with a task of the job, by placement (unfinished jobs)")) {}
 
 prometheus::Labels DispatcherMetrics::JobLabels(const std::string& job) const {
   return {{"dataservice", dataservice_}, {"job", job}};
@@ -68,5 +70,30 @@ void DispatcherMetrics::SetWorkers(int64_t local, int64_t remote) {
   workers_remote_.Set(static_cast<double>(remote));
 }
 void DispatcherMetrics::SetJournalBytes(int64_t bytes) { journal_bytes_.Set(static_cast<double>(bytes)); }
+
+void DispatcherMetrics::SetJobWorkers(const std::map<std::string, std::pair<int64_t, int64_t>>& per_job) {
+  absl::MutexLock lock(&job_workers_mu_);
+  for (auto it = job_worker_gauges_.begin(); it != job_worker_gauges_.end();) {
+    if (per_job.count(it->first)) {
+      ++it;
+      continue;
+    }
+    job_workers_.Remove(it->second.first);
+    job_workers_.Remove(it->second.second);
+    it = job_worker_gauges_.erase(it);
+  }
+  for (const auto& [job, counts] : per_job) {
+    auto [it, created] = job_worker_gauges_.try_emplace(job);
+    if (created) {
+      prometheus::Labels labels = JobLabels(job);
+      labels["placement"] = "local";
+      it->second.first = &job_workers_.Add(labels);
+      labels["placement"] = "remote";
+      it->second.second = &job_workers_.Add(labels);
+    }
+    it->second.first->Set(static_cast<double>(counts.first));
+    it->second.second->Set(static_cast<double>(counts.second));
+  }
+}
 
 }  // namespace sluice::dispatcher

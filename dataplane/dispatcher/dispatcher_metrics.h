@@ -5,6 +5,7 @@
 //   sluice_dispatcher_split_remainders_total      {dataservice, job}  leased splits of lost workers re-queued
 //   sluice_dispatcher_jobs                        {dataservice}       jobs not finished
 //   sluice_dispatcher_workers                     {dataservice, placement=local|remote}
+//   sluice_dispatcher_job_workers                 {dataservice, job, placement}  workers with a task of the job
 //   sluice_dispatcher_journal_bytes               {dataservice}
 //   sluice_dispatcher_worker_removals_total       {dataservice, reason}
 //   sluice_dispatcher_snapshots_total             {dataservice}
@@ -15,7 +16,12 @@
 #define SLUICE_DATAPLANE_DISPATCHER_DISPATCHER_METRICS_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 #include "dataservice.pb.h"
 #include "prometheus/counter.h"
@@ -38,6 +44,9 @@ class DispatcherMetrics {
   void SetJobs(int64_t active_jobs);
   void SetWorkers(int64_t local, int64_t remote);
   void SetJournalBytes(int64_t bytes);
+  // Per unfinished job (label): its workers by placement (local, remote). Series of jobs no longer
+  // listed are removed.
+  void SetJobWorkers(const std::map<std::string, std::pair<int64_t, int64_t>>& per_job);
 
  private:
   prometheus::Labels JobLabels(const std::string& job) const;
@@ -56,6 +65,10 @@ class DispatcherMetrics {
   prometheus::Gauge& workers_local_;
   prometheus::Gauge& workers_remote_;
   prometheus::Gauge& journal_bytes_;
+  prometheus::Family<prometheus::Gauge>& job_workers_;
+  absl::Mutex job_workers_mu_;
+  std::map<std::string, std::pair<prometheus::Gauge*, prometheus::Gauge*>> job_worker_gauges_
+      ABSL_GUARDED_BY(job_workers_mu_);
 };
 
 }  // namespace sluice::dispatcher
