@@ -277,6 +277,9 @@ absl::Status DispatcherService::GetOrCreateJob(const service::GetOrCreateJobRequ
       const int64_t job_id = state_.next_job_id();
       Update create;
       create.mutable_create_job()->set_job_id(job_id);
+      // Another run of a name whose previous job finished: its next iteration.
+      const DispatcherState::Job* previous = spec.job_name().empty() ? nullptr : state_.FindJobByName(spec.job_name());
+      create.mutable_create_job()->set_iteration(previous != nullptr ? previous->iteration + 1 : 1);
       *create.mutable_create_job()->mutable_spec() = spec;
       std::vector<std::string> workers;
       for (const auto& [address, w] : state_.workers()) {
@@ -304,6 +307,7 @@ absl::Status DispatcherService::GetOrCreateJob(const service::GetOrCreateJobRequ
       SLUICE_LOG(Info, "job created")
           .With("job_id", job_id)
           .With("job_name", spec.job_name())
+          .With("iteration", job->iteration)
           .With("dataset_id", spec.dataset_id())
           .With("sharding", service::ShardingPolicy_Name(spec.sharding()))
           .With("tasks", static_cast<int64_t>(job->tasks.size()));
@@ -345,6 +349,7 @@ absl::Status DispatcherService::GetOrCreateJob(const service::GetOrCreateJobRequ
     client_metrics_[a->job_client_id()] = service::ClientMetrics();  // a new client counts from zero
     response->set_job_id(job->id);
     response->set_job_client_id(a->job_client_id());
+    response->set_iteration(job->iteration);
     sequence = LastSequenceLocked();
   }
   return Durable(sequence);
@@ -1012,6 +1017,7 @@ absl::Status DispatcherService::GetState(const service::GetStateRequest&, servic
       info->set_finished(job.finished);
       info->set_num_clients(static_cast<int64_t>(job.clients.size()));
       info->set_splits_served(job.splits_served);
+      info->set_iteration(job.iteration);
       info->set_splits_total(static_cast<int64_t>(state_.FindDataset(job.spec.dataset_id())->splits.size()));
       if (auto m = job_metrics_.find(id); m != job_metrics_.end()) *info->mutable_metrics() = m->second;
     }

@@ -200,6 +200,37 @@ TEST_CASE("metrics: each unfinished job's workers by placement; a finished job's
   CHECK(!value("train", "remote").has_value());
 }
 
+TEST_CASE("iterations: each run of a job name after the previous one finished is its next iteration") {
+  TempDir dir;
+  ServiceHarness h(dir.path().string());
+  REQUIRE(h.start_status().ok());
+  int64_t second_id = 0;
+  {
+    Driver d{h.service()};
+    const std::string ds = d.Register(RangePipeline(100, 10));
+    d.Heartbeat("w1:1");
+    auto first = d.MustJob(ds, service::SHARDING_OFF, "train");
+    CHECK(first.iteration() == 1);
+    CHECK(d.MustJob(ds, service::SHARDING_OFF, "train").iteration() == 1);  // shared: same job
+    CHECK(d.MustJob(ds, service::SHARDING_OFF, "").iteration() == 1);       // anonymous
+    // The first run ends (its task finished); the name's next run is iteration 2.
+    const int64_t t = d.TaskOf("w1:1", first.job_id());
+    d.Heartbeat("w1:1", {t}, false, {t});
+    CHECK(d.JobInfo(first.job_id()).finished());
+    auto second = d.MustJob(ds, service::SHARDING_OFF, "train");
+    CHECK(second.job_id() != first.job_id());
+    CHECK(second.iteration() == 2);
+    CHECK(d.JobInfo(second.job_id()).iteration() == 2);
+    CHECK(d.JobInfo(first.job_id()).iteration() == 1);
+    second_id = second.job_id();
+  }
+  // The iteration survives a restart (journal replay).
+  h.Restart();
+  REQUIRE(h.start_status().ok());
+  Driver d{h.service()};
+  CHECK(d.JobInfo(second_id).iteration() == 2);
+}
+
 TEST_CASE("RegisterDataset: same pipeline, same id; bad pipelines are named") {
   ServiceHarness h("");
   Driver d{h.service()};

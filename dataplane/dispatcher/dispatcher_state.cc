@@ -630,6 +630,7 @@ void DispatcherState::DoCreateJob(const service::CreateJobUpdate& u) {
   job.id = u.job_id();
   job.spec = u.spec();
   job.spec.set_num_epochs(NormalizedNumEpochs(job.spec.num_epochs()));
+  job.iteration = std::max<int64_t>(1, u.iteration());
   job.static_workers.assign(u.static_workers().begin(), u.static_workers().end());
   if (job.spec.sharding() == service::SHARDING_DYNAMIC) {
     job.splits.emplace();
@@ -875,6 +876,7 @@ std::vector<Update> DispatcherState::ToSnapshotUpdates() const {
     auto* create = out.emplace_back().mutable_create_job();
     create->set_job_id(job_id);
     *create->mutable_spec() = job.spec;
+    create->set_iteration(job.iteration);
     for (const auto& a : job.static_workers) create->add_static_workers(a);
   }
   for (const auto& [task_id, t] : tasks_) {
@@ -976,7 +978,7 @@ std::string DispatcherState::DebugString() const {
   }
   for (const auto& [name, id] : job_by_name_) absl::StrAppend(&out, "job_name ", name, " -> ", id, "\n");
   for (const auto& [id, job] : jobs_) {
-    absl::StrAppend(&out, "job ", id, " spec={", job.spec.ShortDebugString(), "} static=[",
+    absl::StrAppend(&out, "job ", id, " iteration=", job.iteration, " spec={", job.spec.ShortDebugString(), "} static=[",
                     absl::StrJoin(job.static_workers, ","), "] finished=", job.finished, " reason=", job.finish_reason,
                     " clients=[", absl::StrJoin(job.clients, ","), "] released_ms=", job.last_client_release_ms,
                     " tasks=[", absl::StrJoin(job.tasks, ","), "] watermark=", job.round_watermark,

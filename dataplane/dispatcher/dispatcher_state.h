@@ -65,6 +65,7 @@ class DispatcherState {
   struct Job {
     int64_t id = 0;
     service::JobSpec spec;                      // num_epochs normalised: 0 -> 1
+    int64_t iteration = 1;                      // of spec.job_name: 1, 2, ... (each run of a named job)
     std::vector<std::string> static_workers;    // FILE/DATA: worker_index -> address
     bool finished = false;
     std::string finish_reason;

@@ -170,15 +170,16 @@ std::string FormatDispatcherState(const service::GetStateResponse& state) {
   }
   absl::StrAppend(&out, absl::StrFormat("jobs: %d\n", state.jobs_size()));
   if (state.jobs_size() > 0) {
-    absl::StrAppend(&out, absl::StrFormat("  %-5s %-16s %-8s %-8s %-8s %-12s %-10s %s\n", "ID", "NAME", "SHARDING",
-                                          "CLIENTS", "FINISHED", "SPLITS", "ELEMENTS", "STALL"));
+    absl::StrAppend(&out, absl::StrFormat("  %-5s %-16s %-5s %-8s %-8s %-8s %-12s %-10s %s\n", "ID", "NAME", "ITER",
+                                          "SHARDING", "CLIENTS", "FINISHED", "SPLITS", "ELEMENTS", "STALL"));
   }
   for (const auto& j : state.jobs()) {
     std::string sharding = service::ShardingPolicy_Name(j.spec().sharding());
     if (absl::StartsWith(sharding, "SHARDING_")) sharding = absl::AsciiStrToLower(sharding.substr(9));
     const std::string splits = j.splits_total() > 0 ? absl::StrCat(j.splits_served(), "/", j.splits_total()) : "-";
-    absl::StrAppend(&out, absl::StrFormat("  %-5d %-16s %-8s %-8d %-8s %-12s %-10d %.3f\n", j.job_id(),
-                                          j.spec().job_name().empty() ? "(anonymous)" : j.spec().job_name(), sharding,
+    absl::StrAppend(&out, absl::StrFormat("  %-5d %-16s %-5d %-8s %-8d %-8s %-12s %-10d %.3f\n", j.job_id(),
+                                          j.spec().job_name().empty() ? "(anonymous)" : j.spec().job_name(),
+                                          std::max<int64_t>(1, j.iteration()), sharding,
                                           j.num_clients(), j.finished() ? "yes" : "no", splits,
                                           j.metrics().elements_total(),
                                           Ratio(j.metrics().wait_seconds_total(), j.metrics().step_seconds_total())));
