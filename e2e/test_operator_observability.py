@@ -20,6 +20,19 @@ def cluster(tmp_path):
         yield c
 
 
+def test_readyz_waits_for_the_caches(cluster):
+    """Until its caches are synced the operator is alive (/healthz 200) but not ready (/readyz 503)."""
+    if cluster.real:
+        pytest.skip("injects faults through the test API server's admin API")
+    cluster.admin("POST", "faults", {"verb": "list", "pathRegex": "/pods", "status": 500, "count": 0})
+    operator = Operator(cluster).start()
+    assert operator.http("/healthz") == (200, "ok\n")
+    status, body = operator.http("/readyz")
+    assert status == 503, body
+    cluster.admin("DELETE", "faults")
+    cluster.wait_for(lambda: operator.http("/readyz")[0] == 200, 60, "/readyz to answer 200 once pods list")
+
+
 def test_probes_and_metrics(cluster):
     if cluster.real:
         pytest.skip("drops watches through the test API server's admin API")
