@@ -1084,6 +1084,31 @@ void DispatcherService::Tick() {
       }
       SLUICE_LOG(Info, "job finished").With("job_id", id).With("reason", "no clients");
     }
+    // Retention: beyond finished_jobs_retained finished jobs, the oldest are forgotten (those
+    // without clients that are not their name's latest: that one keeps the iteration count).
+    int64_t finished = 0;
+    std::vector<int64_t> removable;
+    for (const auto& [id, job] : state_.jobs()) {
+      if (!job.finished) continue;
+      ++finished;
+      if (state_.Removable(job)) removable.push_back(id);
+    }
+    for (size_t i = 0; i < removable.size() && finished > options_.finished_jobs_retained; ++i) {
+      const std::string label = JobLabel(*state_.FindJob(removable[i]));
+      Update u;
+      u.mutable_remove_job()->set_job_id(removable[i]);
+      if (absl::Status s = Commit(u); !s.ok()) {
+        SLUICE_LOG(Error, "cannot remove finished job").With("job_id", removable[i]).With("error", s.ToString());
+        break;
+      }
+      --finished;
+      job_metrics_.erase(removable[i]);
+      max_round_seen_.erase(removable[i]);
+      bool label_in_use = false;
+      for (const auto& [id, job] : state_.jobs()) label_in_use |= JobLabel(job) == label;
+      if (metrics_ != nullptr && !label_in_use) metrics_->RemoveJobSeries(label);
+      SLUICE_LOG(Info, "finished job forgotten (retention)").With("job_id", removable[i]);
+    }
     UpdateGaugesLocked();
     sequence = LastSequenceLocked();
   }

@@ -45,6 +45,7 @@ struct DispatcherOptions {
   absl::Duration job_gc_grace = absl::Minutes(5);         // a job without clients finishes after this long
   int64_t snapshot_every = 10000;                          // compact after this many updates (0: never)
   int32_t max_splits_per_request = 256;                    // GetSplits.max_splits is clamped to this
+  int64_t finished_jobs_retained = 1000;                   // older finished jobs are forgotten (see Tick)
   std::string dataservice;                                 // metrics label
 };
 

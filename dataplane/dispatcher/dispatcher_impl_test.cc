@@ -231,6 +231,47 @@ TEST_CASE("iterations: each run of a job name after the previous one finished is
   CHECK(d.JobInfo(second_id).iteration() == 2);
 }
 
+TEST_CASE("retention: beyond finished_jobs_retained, the oldest finished jobs are forgotten with their series") {
+  DispatcherOptions options;
+  options.finished_jobs_retained = 1;
+  ServiceHarness h("", options);
+  Driver d{h.service()};
+  const std::string ds = d.Register(RangePipeline(100, 10));
+  d.Heartbeat("w1:1");
+  auto release = [&](int64_t client) {
+    service::ReleaseJobClientRequest req;
+    req.set_job_client_id(client);
+    service::ReleaseJobClientResponse resp;
+    REQUIRE(h.service().ReleaseJobClient(req, &resp).ok());
+  };
+  auto finish = [&](const service::GetOrCreateJobResponse& job) {
+    const int64_t t = d.TaskOf("w1:1", job.job_id());
+    d.Heartbeat("w1:1", {t}, false, {t});
+    release(job.job_client_id());
+  };
+  std::vector<int64_t> anonymous;
+  for (int i = 0; i < 3; ++i) {
+    auto job = d.MustJob(ds, service::SHARDING_OFF, "");
+    service::ClientMetrics m;
+    m.set_elements_total(10);
+    d.Client(job.job_client_id(), 0, m);
+    finish(job);
+    anonymous.push_back(job.job_id());
+  }
+  auto train1 = d.MustJob(ds, service::SHARDING_OFF, "train");
+  finish(train1);
+  h.service().Tick();
+  // Four finished jobs, one retained: the anonymous ones go, oldest first; "train" is its name's
+  // latest job, which is never forgotten (it carries the name's iteration count).
+  const auto state = d.State();
+  std::set<int64_t> ids;
+  for (const auto& j : state.jobs()) ids.insert(j.job_id());
+  CHECK(ids == std::set<int64_t>{train1.job_id()});
+  // The forgotten anonymous jobs' series are gone; the next "train" is iteration 2.
+  for (int64_t id : anonymous) CHECK(MetricValue(h.registry(), "sluice_client_elements_total", absl::StrCat(id)) == 0);
+  CHECK(d.MustJob(ds, service::SHARDING_OFF, "train").iteration() == 2);
+}
+
 TEST_CASE("RegisterDataset: same pipeline, same id; bad pipelines are named") {
   ServiceHarness h("");
   Driver d{h.service()};

@@ -71,6 +71,14 @@ void DispatcherMetrics::SetWorkers(int64_t local, int64_t remote) {
 }
 void DispatcherMetrics::SetJournalBytes(int64_t bytes) { journal_bytes_.Set(static_cast<double>(bytes)); }
 
+void DispatcherMetrics::RemoveJobSeries(const std::string& job) {
+  const prometheus::Labels labels = JobLabels(job);
+  for (prometheus::Family<prometheus::Counter>* family :
+       {&client_wait_, &client_step_, &client_elements_, &client_bytes_, &splits_served_, &split_remainders_}) {
+    if (family->Has(labels)) family->Remove(&family->Add(labels));
+  }
+}
+
 void DispatcherMetrics::SetJobWorkers(const std::map<std::string, std::pair<int64_t, int64_t>>& per_job) {
   absl::MutexLock lock(&job_workers_mu_);
   for (auto it = job_worker_gauges_.begin(); it != job_worker_gauges_.end();) {

@@ -47,6 +47,8 @@ class DispatcherMetrics {
   // Per unfinished job (label): its workers by placement (local, remote). Series of jobs no longer
   // listed are removed.
   void SetJobWorkers(const std::map<std::string, std::pair<int64_t, int64_t>>& per_job);
+  // Drops every per-job series of `job` (a forgotten job whose label no other job uses).
+  void RemoveJobSeries(const std::string& job);
 
  private:
   prometheus::Labels JobLabels(const std::string& job) const;

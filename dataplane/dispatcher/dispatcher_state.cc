@@ -144,6 +144,7 @@ absl::Status DispatcherState::Check(const Update& update) const {
     case Update::kRestoreJob: return CheckRestoreJob(update.restore_job());
     case Update::kIdCounters: return CheckIdCounters(update.id_counters());
     case Update::kSplitProgress: return CheckSplitProgress(update.split_progress());
+    case Update::kRemoveJob: return CheckRemoveJob(update.remove_job());
     case Update::KIND_NOT_SET: break;
   }
   return absl::InvalidArgumentError(
@@ -568,6 +569,23 @@ absl::Status DispatcherState::CheckSplitProgress(const service::SplitProgressUpd
   return absl::OkStatus();
 }
 
+bool DispatcherState::Removable(const Job& job) const {
+  if (!job.finished || !job.clients.empty()) return false;
+  if (job.spec.job_name().empty()) return true;
+  const Job* latest = FindJobByName(job.spec.job_name());
+  return latest != nullptr && latest->id != job.id;
+}
+
+absl::Status DispatcherState::CheckRemoveJob(const service::RemoveJobUpdate& u) const {
+  const Job* job = FindJob(u.job_id());
+  if (job == nullptr) return UnknownJob("remove_job.job_id", u.job_id());
+  if (!Removable(*job)) {
+    return absl::FailedPreconditionError(absl::StrCat("remove_job.job_id ", u.job_id(),
+                                                      " is not finished, has clients, or is its name's latest job"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DispatcherState::CheckIdCounters(const service::IdCountersUpdate& u) const {
   if (u.next_job_id() < next_job_id_ || u.next_task_id() < next_task_id_ || u.next_job_client_id() < next_job_client_id_) {
     return absl::FailedPreconditionError(absl::StrCat("id_counters (", u.next_job_id(), ", ", u.next_task_id(), ", ",
@@ -599,6 +617,7 @@ absl::Status DispatcherState::Apply(const Update& update) {
     case Update::kRestoreJob: DoRestoreJob(update.restore_job()); break;
     case Update::kIdCounters: DoIdCounters(update.id_counters()); break;
     case Update::kSplitProgress: DoSplitProgress(update.split_progress()); break;
+    case Update::kRemoveJob: DoRemoveJob(update.remove_job()); break;
     case Update::KIND_NOT_SET: break;  // rejected by Check
   }
   return absl::OkStatus();
@@ -772,6 +791,8 @@ void DispatcherState::DoStartSplits(const service::StartSplitsUpdate& u) {
     s.skip.erase(index);
   }
 }
+
+void DispatcherState::DoRemoveJob(const service::RemoveJobUpdate& u) { jobs_.erase(u.job_id()); }
 
 void DispatcherState::DoSplitProgress(const service::SplitProgressUpdate& u) {
   Job& job = jobs_.at(u.job_id());

@@ -129,6 +129,10 @@ class DispatcherState {
   // Elements to skip of split `index` when it is handed out (0 unless it is a remainder).
   static int64_t SkipOf(const Job& job, uint64_t index);
 
+  // Whether a job may be forgotten (RemoveJobUpdate): finished, without clients, and not the most
+  // recent job of its name (which keeps the name's iteration count and metric labels).
+  bool Removable(const Job& job) const;
+
   // Ids for new objects: never reused, also not after the object is gone.
   int64_t next_job_id() const { return next_job_id_; }
   int64_t next_task_id() const { return next_task_id_; }
@@ -158,6 +162,7 @@ class DispatcherState {
   absl::Status CheckRestoreJob(const service::RestoreJobUpdate& u) const;
   absl::Status CheckIdCounters(const service::IdCountersUpdate& u) const;
   absl::Status CheckSplitProgress(const service::SplitProgressUpdate& u) const;
+  absl::Status CheckRemoveJob(const service::RemoveJobUpdate& u) const;
 
   void DoRegisterDataset(const service::RegisterDatasetUpdate& u);
   void DoCreateJob(const service::CreateJobUpdate& u);
@@ -176,6 +181,7 @@ class DispatcherState {
   void DoRestoreJob(const service::RestoreJobUpdate& u);
   void DoIdCounters(const service::IdCountersUpdate& u);
   void DoSplitProgress(const service::SplitProgressUpdate& u);
+  void DoRemoveJob(const service::RemoveJobUpdate& u);
 
   // A task leaves its job's dynamic split state: its unstarted splits go back to the queue front,
   // and so do the remainders of the splits it was reading under a lease.

@@ -436,6 +436,38 @@ TEST_CASE("finishing a job drops its tasks and split positions but keeps its cli
   CHECK(s.FindJobByName("train") == job);
 }
 
+TEST_CASE("finished jobs can be forgotten, except a name's latest and jobs with clients") {
+  DispatcherState s;
+  MustApply(s, RegisterDataset("ds", 2));
+  MustApply(s, RegisterWorker("w1:1"));
+  MustApply(s, CreateJob(1, "ds", service::SHARDING_OFF, 1, "train"));
+  MustApply(s, CreateJob(2, "ds", service::SHARDING_OFF, 1, ""));
+  MustApply(s, Acquire(1, 2));
+  Update remove;
+  remove.mutable_remove_job()->set_job_id(2);
+  MustFail(s, remove, absl::StatusCode::kFailedPrecondition, "is not finished, has clients");
+  MustApply(s, FinishJob(2));
+  MustFail(s, remove, absl::StatusCode::kFailedPrecondition, "has clients");
+  MustApply(s, Release(1, 5));
+  MustApply(s, remove);
+  CHECK(s.FindJob(2) == nullptr);
+  // "train" #1 finished, but it is the name's latest: kept (it carries the iteration count).
+  MustApply(s, FinishJob(1));
+  remove.mutable_remove_job()->set_job_id(1);
+  MustFail(s, remove, absl::StatusCode::kFailedPrecondition, "latest job");
+  Update second = CreateJob(3, "ds", service::SHARDING_OFF, 1, "train");
+  second.mutable_create_job()->set_iteration(2);
+  MustApply(s, second);
+  MustApply(s, remove);
+  CHECK(s.FindJobByName("train")->id == 3);
+  CHECK(s.FindJobByName("train")->iteration == 2);
+  Update unknown;
+  unknown.mutable_remove_job()->set_job_id(1);
+  MustFail(s, unknown, absl::StatusCode::kNotFound, "remove_job.job_id 1");
+  CHECK(Rebuild(s).DebugString() == s.DebugString());
+  CHECK(s.next_job_id() == 4);  // ids are not reused
+}
+
 TEST_CASE("job clients: acquire, release with time, ids never reused") {
   DispatcherState s = DynamicJob();
   MustApply(s, Acquire(2, 1, "h9"));
@@ -576,8 +608,8 @@ TEST_CASE("replaying the accepted updates is deterministic, and snapshots agree 
     }
     const std::string worker = absl::StrCat("w", pick(4), ":1");
     // Weighted kinds: mostly split traffic (assign, start, epoch end), some churn.
-    static const int kWeights[13] = {5, 2, 1, 8, 2, 2, 11, 11, 11, 6, 2, 3, 8};
-    int roll = static_cast<int>(pick(72));
+    static const int kWeights[14] = {5, 2, 1, 8, 2, 2, 11, 11, 11, 6, 2, 3, 8, 2};
+    int roll = static_cast<int>(pick(74));
     int kind = 0;
     while (roll >= kWeights[kind]) roll -= kWeights[kind++];
     switch (kind) {
@@ -651,6 +683,7 @@ TEST_CASE("replaying the accepted updates is deterministic, and snapshots agree 
         }
         break;
       }
+      case 13: u.mutable_remove_job()->set_job_id(job); break;
     }
     const std::string before = live.DebugString();
     if (live.Apply(u).ok()) {
