@@ -66,7 +66,7 @@ def _field(line, key):
 class DataService:
     """sluice-dispatcher and `workers` sluice-worker processes on 127.0.0.1 (ports picked by the kernel)."""
 
-    def __init__(self, workers=2, worker_flags=()):
+    def __init__(self, workers=2, worker_flags=(), dispatcher_flags=()):
         bin_dir = os.environ.get("SLUICE_BIN_DIR")
         if not bin_dir or not os.path.exists(os.path.join(bin_dir, "sluice-dispatcher")):
             pytest.fail("SLUICE_BIN_DIR must name the build's bin/ directory (run through ctest)")
@@ -74,7 +74,7 @@ class DataService:
         self.dispatcher = self._start(
             "dispatcher",
             [os.path.join(bin_dir, "sluice-dispatcher"), "--port=0", "--metrics_port=0", "--listen_host=127.0.0.1",
-             "--heartbeat_interval_ms=100", "--worker_timeout_ms=10000"],
+             "--heartbeat_interval_ms=100", "--worker_timeout_ms=10000", *dispatcher_flags],
         )
         self.address = f"127.0.0.1:{self.dispatcher.port}"
         self.workers = [
@@ -144,3 +144,18 @@ def poll_until(predicate, timeout=30.0, what="condition"):
 
 # Client settings for tests: frequent heartbeats.
 FAST = dict(heartbeat_interval_s=0.1, create_timeout_s=30.0)
+
+
+def self_signed_certificate(directory, name):
+    """(cert, key) PEM paths of a self-signed certificate for localhost/127.0.0.1 that is its own CA
+    (made with the openssl command line tool, installed by scripts/setup.sh)."""
+    cert = os.path.join(directory, name + ".crt")
+    key = os.path.join(directory, name + ".key")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+         "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=" + name,
+         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+         "-addext", "basicConstraints=critical,CA:TRUE",
+         "-addext", "keyUsage=critical,digitalSignature,keyCertSign"],
+        check=True, capture_output=True)
+    return cert, key

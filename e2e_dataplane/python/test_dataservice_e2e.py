@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import sluice
-from conftest import FAST, poll_until
+from conftest import FAST, DataService, poll_until, self_signed_certificate
 
 
 def range_spec(n, split_size):
@@ -132,3 +132,25 @@ def test_bad_pipeline_and_mismatched_job_raise_clear_errors(dataservice):
     with pytest.raises(sluice.DataServiceError, match="job 'j' exists with sharding DYNAMIC, request has OFF"):
         iter(sluice.Dataset(dataservice.address, pipeline=range_spec(10, 5), job_name="j", **FAST))
     first.close()
+
+
+def test_mutual_tls_from_python(tmp_path):
+    """The Python client reads through a dispatcher and workers that require client certificates."""
+    servers_cert, servers_key = self_signed_certificate(str(tmp_path), "servers")
+    client_cert, client_key = self_signed_certificate(str(tmp_path), "trainer")
+    bundle = tmp_path / "bundle.pem"
+    bundle.write_text(open(servers_cert).read() + open(client_cert).read())
+    tls = [f"--tls_cert={servers_cert}", f"--tls_key={servers_key}", f"--tls_ca={bundle}", "--tls_require_client_cert"]
+    svc = DataService(workers=1, worker_flags=tls, dispatcher_flags=tls)
+    try:
+        ds = sluice.Dataset(svc.address, pipeline=range_spec(500, 50), processing_mode="distributed_epoch",
+                            tls_ca=servers_cert, tls_cert=client_cert, tls_key=client_key, **FAST)
+        assert sorted(int(e["value"]) for e in ds) == list(range(500)), svc.logs()
+        ds.close()
+        # Without a client certificate the dispatcher refuses the connection.
+        with pytest.raises(Exception) as refused:
+            list(sluice.Dataset(svc.address, pipeline=range_spec(10, 10), tls_ca=servers_cert,
+                                heartbeat_interval_s=0.1, create_timeout_s=2.0))
+        assert "dispatcher" in str(refused.value), str(refused.value)
+    finally:
+        svc.close()
