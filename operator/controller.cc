@@ -84,7 +84,7 @@ DataServiceController::DataServiceController(kube::Client* client, OperatorOptio
       ->AddEventHandler(kube::EnqueueControllerOwnerHandler(&queue_, kKind));
   reflector(&claims_, PersistentVolumeClaims(), options_.watch_namespace, ManagedSelector(), packed)
       ->AddEventHandler(kube::EnqueueControllerOwnerHandler(&queue_, kKind));
-  reflector(&nodes_, kube::resources::Nodes(), "", "", CompactNode);
+  reflector(&nodes_, kube::resources::Nodes(), "", "", CompactNode)->AddEventHandler(NodeHandler());
 }
 
 DataServiceController::~DataServiceController() { Stop(); }
@@ -139,6 +139,36 @@ kube::ResourceEventHandler DataServiceController::ConsumerPodHandler() {
     enqueue(new_pod);
   };
   handler.on_delete = enqueue;
+  return handler;
+}
+
+kube::ResourceEventHandler DataServiceController::NodeHandler() {
+  auto enqueue_local = [this]() {
+    std::vector<std::string> keys;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const auto& [key, selector] : consumer_selectors_) keys.push_back(key);
+    }
+    for (const std::string& key : keys) queue_.Add(key);
+  };
+  // Compact nodes hold only what capacity reads, plus the resourceVersion: an update that changes
+  // nothing else (a status heartbeat) requeues nothing.
+  auto same = [](const kube::ObjectPtr& a, const kube::ObjectPtr& b) {
+    if (a == nullptr || b == nullptr) return a == b;
+    auto part = [](const json& o, const char* key) { return o.contains(key) ? o[key] : json(); };
+    auto labels = [](const json& o) {
+      return o.contains("metadata") && o["metadata"].is_object() && o["metadata"].contains("labels")
+                 ? o["metadata"]["labels"]
+                 : json();
+    };
+    return part(*a, "spec") == part(*b, "spec") && part(*a, "status") == part(*b, "status") && labels(*a) == labels(*b);
+  };
+  kube::ResourceEventHandler handler;
+  handler.on_add = [enqueue_local](const kube::ObjectPtr&) { enqueue_local(); };
+  handler.on_update = [enqueue_local, same](const kube::ObjectPtr& before, const kube::ObjectPtr& after) {
+    if (!same(before, after)) enqueue_local();
+  };
+  handler.on_delete = [enqueue_local](const kube::ObjectPtr&) { enqueue_local(); };
   return handler;
 }
 

@@ -110,6 +110,9 @@ class DataServiceController {
   kube::ResourceEventHandler ConsumerSelectorHandler();
   kube::ResourceEventHandler ConsumerPodHandler();
   kube::ResourceEventHandler CpuLedgerHandler();
+  // A node appearing, going, or changing what local capacity depends on (allocatable, taints,
+  // schedulability, labels) requeues every DataService that places workers locally.
+  kube::ResourceEventHandler NodeHandler();
 
   kube::Client* const client_;
   const OperatorOptions options_;

@@ -155,6 +155,7 @@ TEST_CASE("the controller runs a Hybrid DataService against an API server", "[co
   options.workers = 1;
   options.drainer = &drainer;
   options.reconcile.drain_poll_interval = absl::Milliseconds(100);
+  options.resync_period = absl::Hours(1);  // only events drive reconciles here
   options.log = [&](absl::string_view line) {
     absl::MutexLock lock(&log_mu);
     log_lines.emplace_back(line);
@@ -258,6 +259,21 @@ TEST_CASE("the controller runs a Hybrid DataService against an API server", "[co
     for (const json& e : (*later)["items"]) drain_reasons.insert(e.value("reason", ""));
     CHECK(drain_reasons.count("DrainStarted") == 1);
     CHECK(drain_reasons.count("Drained") == 1);
+  }
+  SECTION("a node losing allocatable CPU shrinks the local pool at once (node events requeue)") {
+    REQUIRE(WaitFor([&] { return get_ds().contains("status") && get_ds()["status"].value("localReplicas", 0) == 3; }));
+    // 8 CPUs left: (8 - 4) * 0.5 / 2 = 1 local worker fits; the other three go remote.
+    REQUIRE(client.Patch(kube::resources::Nodes(), "", "gpu-1", kube::PatchType::kMerge,
+                         json::parse(R"js({"status": {"allocatable": {"cpu": "8"}}})js"), {}, "status").ok());
+    bool moved = WaitFor([&] {
+      json o = get_ds();
+      return o.contains("status") && o["status"].value("localReplicas", -1) == 1 &&
+             o["status"].value("localCapacity", -1) == 1;
+    });
+    absl::MutexLock lock(&log_mu);
+    INFO(absl::StrJoin(log_lines, "\n"));
+    INFO(get_ds().dump());
+    CHECK(moved);
   }
   controller.Stop();
 }
