@@ -241,6 +241,39 @@ def test_worker_spec_change_rolls_pods_one_at_a_time(env, ready_ds):
     assert condition(ds, "WorkersReady")["reason"] == "AllWorkersReady"
 
 
+def test_hybrid_places_local_workers_on_the_trainers_node_and_the_rest_remote(env):
+    """Local placement end to end: a GPU node running a trainer pod; Hybrid fills the CPU the trainer
+    leaves on that node with local workers (pinned by node affinity, run by that node's process node)
+    and puts the rest on the CPU node; a client reads from all of them."""
+    cluster, _ = env
+    if cluster.real:
+        pytest.skip("adds a process node")
+    cluster.add_node("gpu-1", cpu="8", memory="32Gi", image_map=image_map(), schedule=True,
+                     labels={"sluice.e2e/gpu": "true"}, taints=["nvidia.com/gpu=present:NoSchedule"])
+    # The trainer: bound to gpu-1, requesting 2 of its 8 CPUs (its image is not run here).
+    cluster.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer-0", "labels": {"app": "trainer"}},
+                   "spec": {"nodeName": "gpu-1", "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                            "containers": [{"name": "t", "image": "e2e/trainer:1",
+                                            "resources": {"requests": {"cpu": "2"}}}]}}, NS)
+    # (8 - 2) CPUs x localCpuFraction 0.5 / 1 CPU per worker = 3 local workers; 4 asked: 1 remote.
+    cluster.apply(dataservice("hybrid", replicas=4, workers={"resources": {"requests": {"cpu": "1", "memory": "64Mi"}}},
+                              placement={"policy": "Hybrid", "localCpuFraction": 0.5,
+                                         "consumerSelector": {"matchLabels": {"app": "trainer"}},
+                                         "acceleratorNodeSelector": {"sluice.e2e/gpu": "true"},
+                                         "localTolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}),
+                  namespace=NS)
+    ds = wait_ready(cluster, "hybrid", 4, timeout=90)
+    assert ds["status"].get("localReplicas") == 3, ds["status"]
+    nodes = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in live_pods(cluster, NS, worker_selector("hybrid"))}
+    assert nodes == {"hybrid-worker-local-0": "gpu-1", "hybrid-worker-local-1": "gpu-1",
+                     "hybrid-worker-local-2": "gpu-1", "hybrid-worker-remote-0": "node-1"}, nodes
+    proc = start_client(cluster, "hybrid", stop=200, pause_after=-1)
+    result = finish_client(proc)
+    assert collections.Counter(result["values"]) == collections.Counter(list(range(200)) * 4)
+    cluster.delete(GROUP_VERSION, "DataService", "hybrid", NS)
+    cluster.wait_for(lambda: not live_pods(cluster, NS, worker_selector("hybrid")), 60, "the hybrid workers to go")
+
+
 def test_delete_drains_workers_before_the_dataservice_goes(env):
     cluster, operator = env
     cluster.apply(dataservice("drainme", replicas=2), namespace=NS)

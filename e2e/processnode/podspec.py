@@ -342,10 +342,52 @@ def tolerates(pod, taints):
     return True
 
 
-def fits(pod, node_labels, taints, free_cpu_millis, free_memory, free_pods):
-    """Whether this node may run the pod: nodeSelector, taints, and requested CPU/memory/pod count."""
+def _requirement_holds(requirement, value):
+    """One nodeSelectorRequirement against a label or field value (None: absent)."""
+    op = requirement.get("operator")
+    values = requirement.get("values") or []
+    if op == "In":
+        return value is not None and value in values
+    if op == "NotIn":
+        return value is None or value not in values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt"):
+        try:
+            number, bound = int(value), int(values[0])
+        except (TypeError, ValueError, IndexError):
+            return False
+        return number > bound if op == "Gt" else number < bound
+    return False
+
+
+def affinity_allows(pod, node_name, node_labels):
+    """requiredDuringSchedulingIgnoredDuringExecution node affinity: any term whose matchExpressions
+    (labels) and matchFields (metadata.name only, as Kubernetes supports) all hold. No affinity: True."""
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if not required:
+        return True
+    for term in required.get("nodeSelectorTerms") or []:
+        expressions = term.get("matchExpressions") or []
+        fields = term.get("matchFields") or []
+        if not expressions and not fields:
+            continue  # an empty term matches nothing
+        if all(_requirement_holds(r, node_labels.get(r.get("key"))) for r in expressions) and \
+                all(_requirement_holds(r, node_name if r.get("key") == "metadata.name" else None) for r in fields):
+            return True
+    return False
+
+
+def fits(pod, node_labels, taints, free_cpu_millis, free_memory, free_pods, node_name=None):
+    """Whether this node may run the pod: nodeSelector, required node affinity (when the node's name is
+    given), taints, and requested CPU/memory/pod count."""
     selector = (pod.get("spec") or {}).get("nodeSelector") or {}
     if any(node_labels.get(k) != v for k, v in selector.items()):
+        return False
+    if node_name is not None and not affinity_allows(pod, node_name, node_labels):
         return False
     if not tolerates(pod, taints):
         return False

@@ -105,7 +105,7 @@ class Scheduler:
                         for c in (node.get("status") or {}).get("conditions") or [])
             name = node["metadata"]["name"]
             if name != me and ready and labels.get(self.SCHEDULER_LABEL) == "true" \
-                    and podspec.fits(pod, labels, taints, 1 << 62, 1 << 62, 1):
+                    and podspec.fits(pod, labels, taints, 1 << 62, 1 << 62, 1, node_name=name):
                 eligible.append(name)
         uid = pod["metadata"]["uid"]
         eligible.sort(key=lambda n: zlib.crc32((uid + n).encode()), reverse=True)
@@ -130,7 +130,8 @@ class Scheduler:
                 if now - seen < self.patience * self._rank(pod, nodes, me):
                     continue
                 cpu, memory, count = self._free()
-                if not podspec.fits(pod, agent.node_labels, agent.config.taints, cpu, memory, count):
+                if not podspec.fits(pod, agent.node_labels, agent.config.taints, cpu, memory, count,
+                                    node_name=me):
                     continue
                 if self._bind(pod):
                     with self._mu:

@@ -210,6 +210,28 @@ def test_simulated_nodes_schedule_by_selector_and_capacity(cluster, ns):
                      == "sim-a", 20, "the waiting pod to take the freed CPU")
 
 
+def test_simulated_nodes_honour_required_node_affinity(cluster, ns):
+    """Local workers are pinned by required node affinity on metadata.name (as DaemonSets are); the
+    scheduler binds them to that node only, even when another node fits as well."""
+    cluster.add_node("sim-c", cpu="8", labels={"pool": "gpu"}, simulated=True, schedule=True)
+    cluster.add_node("sim-d", cpu="8", labels={"pool": "gpu"}, simulated=True, schedule=True)
+    for i in range(4):
+        body = make_pod("pinned%d" % i, node=None, labels={"app": "pinned"})
+        body["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["sim-d"]}]}]}}}
+        cluster.apply(body, ns)
+    body = make_pod("labelled", node=None, labels={"app": "labelled"})
+    body["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu"]}]}]}}}
+    cluster.apply(body, ns)
+    pods = cluster.wait_for_pods(ns, "app=pinned", 4)
+    assert {p["spec"]["nodeName"] for p in pods} == {"sim-d"}
+    labelled = cluster.wait_for_pods(ns, "app=labelled", 1)
+    assert labelled[0]["spec"]["nodeName"] in ("sim-c", "sim-d")
+    for pod in pods + labelled:
+        cluster.delete("v1", "Pod", pod["metadata"]["name"], ns)
+
+
 def test_node_stop_leaves_no_processes(tmp_path):
     with harness.Cluster(str(tmp_path / "c"), kubeconfig="") as c:
         node = c.add_node("doomed", image_map={"e2e/sleeper:1": "/bin/sleep"})

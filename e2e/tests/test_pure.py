@@ -293,3 +293,30 @@ def test_conformance_comparator_catches_differences():
     status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "NotFound",
               "code": 404, "message": "x"}
     assert Comparator(subs).compare(status, dict(status, reason="Gone", code=410))
+
+
+def test_required_node_affinity_terms():
+    from e2e.processnode import podspec
+
+    def pod(terms):
+        return {"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": terms}}}}}
+
+    by_name = pod([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-1"]}]}])
+    assert podspec.affinity_allows(by_name, "gpu-1", {})
+    assert not podspec.affinity_allows(by_name, "gpu-2", {})
+    by_label = pod([{"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["a"]},
+                                          {"key": "gpu", "operator": "Exists"}]}])
+    assert podspec.affinity_allows(by_label, "n", {"zone": "b", "gpu": "1"})
+    assert not podspec.affinity_allows(by_label, "n", {"zone": "a", "gpu": "1"})
+    assert not podspec.affinity_allows(by_label, "n", {"zone": "b"})
+    either = pod([{"matchExpressions": [{"key": "cpu", "operator": "Gt", "values": ["8"]}]},
+                  {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["small"]}]}])
+    assert podspec.affinity_allows(either, "big", {"cpu": "16"})
+    assert podspec.affinity_allows(either, "small", {"cpu": "4"})
+    assert not podspec.affinity_allows(either, "other", {"cpu": "4"})
+    assert not podspec.affinity_allows(pod([{}]), "n", {})       # an empty term matches nothing
+    assert podspec.affinity_allows({"spec": {}}, "n", {})        # no affinity: anywhere
+    # fits() applies it only when it knows the node's name.
+    assert podspec.fits(by_name, {}, [], 1000, 1 << 30, 10, node_name="gpu-1")
+    assert not podspec.fits(by_name, {}, [], 1000, 1 << 30, 10, node_name="gpu-2")
