@@ -2,6 +2,8 @@
 // parsing the original gives (real pods and nodes recorded from an API server, the reconciler's own
 // pod manifests, and malformed objects), and the CPU ledger agrees with SumCpuRequestsByNode.
 #include "operator/compact_objects.h"
+#include "kube/testing/fixture_server.h"
+#include "operator/observed_state.h"
 
 #include <catch2/catch.hpp>
 
@@ -157,6 +159,48 @@ TEST_CASE("NodeCpuLedger follows pod events as SumCpuRequestsByNode sums them") 
   pods.erase(pods.begin() + 2);
   CHECK(ledger.Snapshot() == SumCpuRequestsByNode(pods));
   CHECK(ledger.Snapshot() == std::map<std::string, int64_t>{{"n1", 250}, {"n2", 700}});
+}
+
+TEST_CASE("recorded pods and nodes parse to the values the API server reported") {
+  // pods-ownership: 0 a pod as created (Pending, unscheduled), 6 its status after binding (Running,
+  // Ready, pod IP), 9 the same pod while terminating; 4 a node with a not-ready taint. (The test
+  // above checks that compaction keeps these values; this one checks the values themselves.)
+  const json created = kube::testing::FixtureExchange("pods-ownership", 0)["response"]["body"];
+  const json running = kube::testing::FixtureExchange("pods-ownership", 6)["response"]["body"];
+  const json terminating = kube::testing::FixtureExchange("pods-ownership", 9)["response"]["body"];
+  for (const json* recorded : {&created, &running, &terminating}) {
+    absl::StatusOr<ObservedPod> pod = ObservedPodFromJson(*recorded);
+    REQUIRE(pod.ok());
+    CHECK(pod->name == "a-worker-0");
+    CHECK(pod->uid == (*recorded)["metadata"]["uid"]);
+    CHECK(pod->controller_uid == "56d66fe1-84c4-41c0-bf20-efeb3f1f8328");
+    CHECK(pod->labels.at("sluice.dev/role") == "worker");
+    CHECK(pod->cpu_request_millis == 2000);
+    CHECK(pod->creation_timestamp.has_value());
+  }
+  const ObservedPod pending = *ObservedPodFromJson(created);
+  CHECK(pending.phase == "Pending");
+  CHECK(pending.node_name.empty());
+  CHECK(!pending.ready);
+  const ObservedPod up = *ObservedPodFromJson(running);
+  CHECK(up.phase == "Running");
+  CHECK(up.ready);
+  CHECK(up.pod_ip == "127.0.0.2");
+  CHECK(up.node_name == "gpu-node-1");
+  CHECK(!up.terminating);
+  CHECK(ObservedPodFromJson(terminating)->terminating);
+
+  const json node = kube::testing::FixtureExchange("pods-ownership", 4)["response"]["body"];
+  {
+    absl::StatusOr<ObservedNode> parsed = ObservedNodeFromJson(node);
+    REQUIRE(parsed.ok());
+    CHECK(parsed->name == "gpu-node-1");
+    CHECK(parsed->allocatable_cpu_millis == 31500);
+    CHECK(parsed->labels.at("nvidia.com/gpu.present") == "true");
+    REQUIRE(parsed->taints.size() == 1);
+    CHECK(parsed->taints[0].key == "node.kubernetes.io/not-ready");
+    CHECK(parsed->taints[0].effect == "NoSchedule");
+  }
 }
 
 }  // namespace
