@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <set>
 #include <thread>
@@ -169,6 +170,53 @@ void WriteWorkerData(const std::string& dir, int worker, int lines) {
   for (int i = 0; i < lines; ++i) out << "{\"w\": " << worker << ", \"i\": " << i << "}\n";
 }
 
+// Coordinated consumers reading to the end, each on a thread of its own as trainers would.
+// `record(c, element)` keeps what the test needs of consumer c's element (calls for one consumer
+// come from its thread only) and returns an error text, or "" to go on. Join() returns each
+// consumer's error ("" when it read to the end).
+class ConsumerThreads {
+ public:
+  using Record = std::function<std::string(int, const pipeline::Element&)>;
+  ConsumerThreads(std::vector<std::unique_ptr<DataServiceClient>>& consumers, Record record)
+      : errors_(consumers.size()) {
+    for (size_t c = 0; c < consumers.size(); ++c) {
+      threads_.emplace_back([this, &consumers, record, c] {
+        while (true) {
+          auto next = consumers[c]->GetNext(absl::Seconds(60));
+          if (!next.ok()) {
+            errors_[c] = next.status().ToString();
+            return;
+          }
+          if (!next->has_value()) return;
+          errors_[c] = record(static_cast<int>(c), **next);
+          if (!errors_[c].empty()) return;
+        }
+      });
+    }
+  }
+  ~ConsumerThreads() { Join(); }
+  std::vector<std::string> Join() {
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+    return errors_;
+  }
+
+ private:
+  std::vector<std::string> errors_;
+  std::vector<std::thread> threads_;
+};
+
+// Records each element's {"w", "i"} (worker, position in its file) into got[c].
+ConsumerThreads::Record RecordWorkerAndIndex(std::vector<std::vector<std::pair<int64_t, int64_t>>>& got) {
+  return [&got](int c, const pipeline::Element& e) -> std::string {
+    auto w = e.Get("w"), i = e.Get("i");
+    if (!w.ok() || !i.ok()) return "element without w or i";
+    got[static_cast<size_t>(c)].emplace_back(*(*w)->AsInt64(), *(*i)->AsInt64());
+    return "";
+  };
+}
+
 void RunCoordinatedReads(int num_consumers) {
   sluice::testing::TempDir tmp;
   const int kRoundsPerWorker = 12;
@@ -199,30 +247,8 @@ void RunCoordinatedReads(int num_consumers) {
     o.consumer_index = c;
     consumers.push_back(MakeClient(o));
   }
-  // Each consumer reads on its own thread, as trainers would.
   std::vector<std::vector<std::pair<int64_t, int64_t>>> got(static_cast<size_t>(num_consumers));
-  std::vector<std::string> errors(static_cast<size_t>(num_consumers));
-  std::vector<std::thread> threads;
-  for (int c = 0; c < num_consumers; ++c) {
-    threads.emplace_back([&, c] {
-      while (true) {
-        auto next = consumers[static_cast<size_t>(c)]->GetNext(absl::Seconds(60));
-        if (!next.ok()) {
-          errors[static_cast<size_t>(c)] = next.status().ToString();
-          return;
-        }
-        if (!next->has_value()) return;
-        const pipeline::Element& e = **next;
-        auto w = e.Get("w"), i = e.Get("i");
-        if (!w.ok() || !i.ok()) {
-          errors[static_cast<size_t>(c)] = "element without w or i";
-          return;
-        }
-        got[static_cast<size_t>(c)].emplace_back(*(*w)->AsInt64(), *(*i)->AsInt64());
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  const std::vector<std::string> errors = ConsumerThreads(consumers, RecordWorkerAndIndex(got)).Join();
   INFO(service->Logs());
   for (int c = 0; c < num_consumers; ++c) {
     INFO("consumer " << c);
@@ -295,28 +321,12 @@ TEST_CASE("Coordinated reads: a worker added mid-job joins at a round every cons
     consumers.push_back(MakeClient(o));
   }
   std::vector<std::vector<std::pair<int64_t, int64_t>>> got(kConsumers);
-  std::vector<std::string> errors(kConsumers);
   std::atomic<int64_t> read0{0};
-  std::vector<std::thread> threads;
-  for (int c = 0; c < kConsumers; ++c) {
-    threads.emplace_back([&, c] {
-      while (true) {
-        auto next = consumers[static_cast<size_t>(c)]->GetNext(absl::Seconds(60));
-        if (!next.ok()) {
-          errors[static_cast<size_t>(c)] = next.status().ToString();
-          return;
-        }
-        if (!next->has_value()) return;
-        auto w = (**next).Get("w"), i = (**next).Get("i");
-        if (!w.ok() || !i.ok()) {
-          errors[static_cast<size_t>(c)] = "element without w or i";
-          return;
-        }
-        got[static_cast<size_t>(c)].emplace_back(*(*w)->AsInt64(), *(*i)->AsInt64());
-        if (c == 0) read0.fetch_add(1);
-      }
-    });
-  }
+  const ConsumerThreads::Record record = RecordWorkerAndIndex(got);
+  ConsumerThreads readers(consumers, [&](int c, const pipeline::Element& e) {
+    if (c == 0) read0.fetch_add(1);
+    return record(c, e);
+  });
   // Mid-job (the consumers are reading): the second worker joins.
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   while (read0.load() < 200 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));  // a poll, not a timing assumption
@@ -324,7 +334,7 @@ TEST_CASE("Coordinated reads: a worker added mid-job joins at a round every cons
   const std::string dir1 = tmp.File("worker1");
   WriteWorkerData(dir1, 1, kLines);
   REQUIRE(service->AddWorker({}, dir1).ok());
-  for (auto& t : threads) t.join();
+  const std::vector<std::string> errors = readers.Join();
   INFO(service->Logs());
   for (int c = 0; c < kConsumers; ++c) {
     INFO("consumer " << c);
@@ -385,27 +395,13 @@ TEST_CASE("Coordinated reads with bucket_by_length group: each round's batches c
     consumers.push_back(MakeClient(o));
   }
   std::vector<std::vector<int64_t>> widths(kConsumers);  // padded length of each round's batch
-  std::vector<std::string> errors(kConsumers);
-  std::vector<std::thread> threads;
-  for (int c = 0; c < kConsumers; ++c) {
-    threads.emplace_back([&, c] {
-      while (true) {
-        auto next = consumers[static_cast<size_t>(c)]->GetNext(absl::Seconds(60));
-        if (!next.ok()) {
-          errors[static_cast<size_t>(c)] = next.status().ToString();
-          return;
-        }
-        if (!next->has_value()) return;
-        auto tokens = (**next).Get("tokens");
-        if (!tokens.ok() || (*tokens)->rank() != 2) {
-          errors[static_cast<size_t>(c)] = "batch without a [batch, length] tokens field";
-          return;
-        }
+  const std::vector<std::string> errors =
+      ConsumerThreads(consumers, [&](int c, const pipeline::Element& e) -> std::string {
+        auto tokens = e.Get("tokens");
+        if (!tokens.ok() || (*tokens)->rank() != 2) return "batch without a [batch, length] tokens field";
         widths[static_cast<size_t>(c)].push_back((*tokens)->shape()[1]);
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+        return "";
+      }).Join();
   INFO(service->Logs());
   for (int c = 0; c < kConsumers; ++c) CHECK(errors[static_cast<size_t>(c)] == "");
   REQUIRE(widths[0].size() == widths[1].size());

@@ -89,6 +89,22 @@ class TestApiServer {
 
 json Crd() { return testing::LoadYamlDocuments("crds/dataservices.sluice.dev.yaml").at(0); }
 
+// The test API server with the DataService CRD installed, namespace "ml", and a client.
+struct ClusterWithCrd {
+  ClusterWithCrd() {
+    kube::Config config;
+    config.server = server.url();
+    absl::StatusOr<std::unique_ptr<kube::Client>> made = kube::Client::Create(config);
+    REQUIRE(made.ok());
+    client = *std::move(made);
+    REQUIRE(client->Create(kube::resources::CustomResourceDefinitions(), "", Crd()).ok());
+    REQUIRE(client->Create(kube::resources::Namespaces(), "", json{{"apiVersion", "v1"}, {"kind", "Namespace"},
+                                                                 {"metadata", {{"name", "ml"}}}}).ok());
+  }
+  TestApiServer server;
+  std::unique_ptr<kube::Client> client;
+};
+
 // A drainer whose drain completes when the test says so; records what it was asked.
 class FakeDrainer final : public WorkerDrainer {
  public:
@@ -113,16 +129,8 @@ class FakeDrainer final : public WorkerDrainer {
 };
 
 TEST_CASE("the controller runs a Hybrid DataService against an API server", "[controller][integration]") {
-  TestApiServer server;
-  kube::Config config;
-  config.server = server.url();
-  absl::StatusOr<std::unique_ptr<kube::Client>> made = kube::Client::Create(config);
-  REQUIRE(made.ok());
-  kube::Client& client = **made;
-
-  REQUIRE(client.Create(kube::resources::CustomResourceDefinitions(), "", Crd()).ok());
-  REQUIRE(client.Create(kube::resources::Namespaces(), "", json{{"apiVersion", "v1"}, {"kind", "Namespace"},
-                                                              {"metadata", {{"name", "ml"}}}}).ok());
+  ClusterWithCrd cluster;
+  kube::Client& client = *cluster.client;
   // A GPU node with 16 CPUs; a trainer requesting 4 of them: (16 - 4) * 0.5 / 2 = 3 local workers fit.
   REQUIRE(client.Create(kube::resources::Nodes(), "", json::parse(R"js({"apiVersion": "v1", "kind": "Node",
       "metadata": {"name": "gpu-1", "labels": {"nvidia.com/gpu.present": "true"}},
@@ -280,15 +288,8 @@ TEST_CASE("the controller runs a Hybrid DataService against an API server", "[co
 
 TEST_CASE("a worker name taken by a pod the DataService does not control: reported, retried, then created",
           "[controller][integration]") {
-  TestApiServer server;
-  kube::Config config;
-  config.server = server.url();
-  absl::StatusOr<std::unique_ptr<kube::Client>> made = kube::Client::Create(config);
-  REQUIRE(made.ok());
-  kube::Client& client = **made;
-  REQUIRE(client.Create(kube::resources::CustomResourceDefinitions(), "", Crd()).ok());
-  REQUIRE(client.Create(kube::resources::Namespaces(), "", json{{"apiVersion", "v1"}, {"kind", "Namespace"},
-                                                              {"metadata", {{"name", "ml"}}}}).ok());
+  ClusterWithCrd cluster;
+  kube::Client& client = *cluster.client;
   // Someone else's pod already has the name of the DataService's first remote worker (say, the
   // last pod of a deleted DataService of the same name, orphaned).
   REQUIRE(client.Create(kube::resources::Pods(), "ml", json::parse(R"js({"apiVersion": "v1", "kind": "Pod",

@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <functional>
 #include <utility>
 #include <vector>
@@ -27,12 +28,13 @@ std::string ToPem(Write write) {
 
 }  // namespace
 
-TestCertificate MakeSelfSignedCertificate(const TempDir& dir, const std::string& name) {
+TestCertificate MakeSelfSignedCertificate(const std::string& dir, const std::string& name) {
   EVP_PKEY* key = EVP_EC_gen("P-256");
   REQUIRE(key != nullptr);
   X509* cert = X509_new();
   REQUIRE(X509_set_version(cert, 2) == 1);
-  REQUIRE(ASN1_INTEGER_set(X509_get_serialNumber(cert), static_cast<long>(std::hash<std::string>()(name) & 0xffff)) == 1);
+  static std::atomic<long> serial{100};  // distinct serials: a CA bundle may hold several of these
+  REQUIRE(ASN1_INTEGER_set(X509_get_serialNumber(cert), serial++) == 1);
   REQUIRE(X509_gmtime_adj(X509_getm_notBefore(cert), -3600) != nullptr);
   REQUIRE(X509_gmtime_adj(X509_getm_notAfter(cert), 24 * 3600) != nullptr);
   REQUIRE(X509_set_pubkey(cert, key) == 1);
@@ -54,8 +56,8 @@ TestCertificate MakeSelfSignedCertificate(const TempDir& dir, const std::string&
   }
   REQUIRE(X509_sign(cert, key, EVP_sha256()) > 0);
   TestCertificate out;
-  out.cert_file = dir.File(name + ".crt");
-  out.key_file = dir.File(name + ".key");
+  out.cert_file = dir + "/" + name + ".crt";
+  out.key_file = dir + "/" + name + ".key";
   WriteFile(out.cert_file, ToPem([&](BIO* b) { PEM_write_bio_X509(b, cert); }));
   WriteFile(out.key_file, ToPem([&](BIO* b) { PEM_write_bio_PrivateKey(b, key, nullptr, nullptr, 0, nullptr, nullptr); }));
   X509_free(cert);

@@ -16,8 +16,11 @@ struct TestCertificate {
 };
 
 // Writes <dir>/<name>.crt and <dir>/<name>.key: CN=name, SAN DNS:localhost and IP:127.0.0.1,
-// valid from an hour ago for a day.
-TestCertificate MakeSelfSignedCertificate(const TempDir& dir, const std::string& name);
+// valid from an hour ago for a day. Usable as server certificate, client certificate and CA at once.
+TestCertificate MakeSelfSignedCertificate(const std::string& dir, const std::string& name);
+inline TestCertificate MakeSelfSignedCertificate(const TempDir& dir, const std::string& name) {
+  return MakeSelfSignedCertificate(dir.path().string(), name);
+}
 
 }  // namespace sluice::testing
 

@@ -2,10 +2,6 @@
 
 #include <catch2/catch.hpp>
 
-#include <openssl/evp.h>
-#include <openssl/pem.h>
-#include <openssl/x509.h>
-#include <openssl/x509v3.h>
 
 #include <atomic>
 #include <thread>
@@ -281,58 +277,8 @@ int64_t DecodeInt(const service::ElementData& data, const std::string& field) {
   return *v;
 }
 
-namespace {
-
-bool AddExtension(X509* cert, int nid, const char* value) {
-  X509V3_CTX ctx;
-  X509V3_set_ctx_nodb(&ctx);
-  X509V3_set_ctx(&ctx, cert, cert, nullptr, nullptr, 0);
-  X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value);
-  if (ext == nullptr) return false;
-  const bool ok = X509_add_ext(cert, ext, -1) == 1;
-  X509_EXTENSION_free(ext);
-  return ok;
-}
-
-std::string PemOf(const std::function<int(BIO*)>& write) {
-  BIO* bio = BIO_new(BIO_s_mem());
-  REQUIRE(write(bio) == 1);
-  char* data = nullptr;
-  long size = BIO_get_mem_data(bio, &data);
-  std::string out(data, static_cast<size_t>(size));
-  BIO_free(bio);
-  return out;
-}
-
-}  // namespace
-
 TestCertificate WriteSelfSignedCertificate(const std::string& dir, const std::string& name) {
-  EVP_PKEY* key = EVP_EC_gen("P-256");
-  REQUIRE(key != nullptr);
-  X509* cert = X509_new();
-  REQUIRE(cert != nullptr);
-  static std::atomic<long> serial{100};
-  REQUIRE(X509_set_version(cert, 2) == 1);
-  REQUIRE(ASN1_INTEGER_set(X509_get_serialNumber(cert), serial++) == 1);
-  REQUIRE(X509_gmtime_adj(X509_getm_notBefore(cert), -600) != nullptr);
-  REQUIRE(X509_gmtime_adj(X509_getm_notAfter(cert), 24 * 3600) != nullptr);
-  REQUIRE(X509_set_pubkey(cert, key) == 1);
-  X509_NAME* subject = X509_get_subject_name(cert);
-  REQUIRE(X509_NAME_add_entry_by_txt(subject, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>(name.c_str()),
-                                     -1, -1, 0) == 1);
-  REQUIRE(X509_set_issuer_name(cert, subject) == 1);
-  REQUIRE(AddExtension(cert, NID_subject_alt_name, "IP:127.0.0.1,DNS:localhost"));
-  REQUIRE(AddExtension(cert, NID_basic_constraints, "critical,CA:TRUE"));
-  REQUIRE(AddExtension(cert, NID_key_usage, "critical,digitalSignature,keyCertSign"));
-  REQUIRE(X509_sign(cert, key, EVP_sha256()) > 0);
-  TestCertificate out{dir + "/" + name + ".crt", dir + "/" + name + ".key"};
-  sluice::testing::WriteFile(out.cert_file, PemOf([&](BIO* b) { return PEM_write_bio_X509(b, cert); }));
-  sluice::testing::WriteFile(out.key_file, PemOf([&](BIO* b) {
-                               return PEM_write_bio_PrivateKey(b, key, nullptr, nullptr, 0, nullptr, nullptr);
-                             }));
-  X509_free(cert);
-  EVP_PKEY_free(key);
-  return out;
+  return sluice::testing::MakeSelfSignedCertificate(dir, name);
 }
 
 bool WaitUntil(const std::function<bool()>& condition, absl::Duration timeout) {

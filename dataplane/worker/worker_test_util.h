@@ -24,6 +24,7 @@
 #include "dataplane/pipeline/pipeline.h"
 #include "dataplane/worker/dispatcher_client.h"
 #include "dataservice.grpc.pb.h"
+#include "testing/tls_certificate.h"
 
 namespace sluice::worker::testing {
 
@@ -113,10 +114,7 @@ int64_t DecodeInt(const service::ElementData& data, const std::string& field = "
 
 // A self-signed certificate (CA:TRUE, SAN 127.0.0.1 and localhost) written as PEM files under
 // `dir`: usable as server certificate, client certificate and CA at once.
-struct TestCertificate {
-  std::string cert_file;
-  std::string key_file;
-};
+using TestCertificate = sluice::testing::TestCertificate;
 TestCertificate WriteSelfSignedCertificate(const std::string& dir, const std::string& name);
 
 // Polls `condition` until it holds or `timeout` passes (a hang guard, not a timing assertion).
