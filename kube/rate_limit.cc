@@ -56,7 +56,10 @@ std::optional<absl::Duration> RetryDelay(const RetryOptions& options, absl::stri
   if (http_code == 429) {
     retryable = true;
   } else if (http_code == 0 || (http_code >= 500 && http_code <= 599 && http_code != 501)) {
-    retryable = IsIdempotentMethod(method);
+    // A 5xx that says when to come back (Retry-After: an overloaded or starting API server that
+    // did not process the request, as client-go also assumes) is retried for every verb; other 5xx
+    // and broken connections only for idempotent verbs, whose repetition is harmless.
+    retryable = IsIdempotentMethod(method) || (http_code != 0 && !absl::StripAsciiWhitespace(retry_after).empty());
   }
   if (!retryable) return std::nullopt;
   double base = absl::ToDoubleSeconds(options.initial_backoff) * std::pow(2.0, attempts_made - 1);

@@ -78,7 +78,8 @@ bool IsIdempotentMethod(absl::string_view method);
 
 // Whether and when to retry a request after `attempts_made` attempts that ended in `http_code`
 // (0 = the transport failed before an answer). 429 is retried for every verb and honours
-// Retry-After (seconds); 5xx and transport errors only for idempotent verbs. Exponential backoff
+// Retry-After (seconds); 5xx with a Retry-After header for every verb too; other 5xx and transport
+// errors only for idempotent verbs. Exponential backoff
 // with jitter (`random01` in [0,1)). nullopt = do not retry.
 std::optional<absl::Duration> RetryDelay(const RetryOptions& options, absl::string_view method,
                                          int http_code, absl::string_view retry_after,

@@ -63,7 +63,7 @@ TEST_CASE("watch backoff: 0.8 s doubling to 30 s with bounded jitter / reset sta
   CHECK(first <= 1.0);
 }
 
-TEST_CASE("retry policy: 429 for every verb with Retry-After / 5xx only when idempotent / bounded") {
+TEST_CASE("retry policy: 429 and 5xx with Retry-After for every verb / other 5xx only when idempotent / bounded") {
   RetryOptions options;
   options.max_attempts = 4;
   CHECK(RetryDelay(options, "POST", 429, "3", 1, 0.0) == absl::Seconds(3));
@@ -73,6 +73,8 @@ TEST_CASE("retry policy: 429 for every verb with Retry-After / 5xx only when ide
   CHECK(RetryDelay(options, "PUT", 500, "", 1, 0.0).has_value());
   CHECK(RetryDelay(options, "DELETE", 0, "", 1, 0.0).has_value());  // broken connection
   CHECK_FALSE(RetryDelay(options, "POST", 503, "", 1, 0.0).has_value());
+  CHECK(RetryDelay(options, "POST", 503, "2", 1, 0.0) == absl::Seconds(2));  // the server asks to come back
+  CHECK(RetryDelay(options, "PATCH", 500, "1", 1, 0.0) == absl::Seconds(1));
   CHECK_FALSE(RetryDelay(options, "PATCH", 0, "", 1, 0.0).has_value());
   CHECK_FALSE(RetryDelay(options, "GET", 404, "", 1, 0.0).has_value());
   CHECK_FALSE(RetryDelay(options, "GET", 409, "", 1, 0.0).has_value());
