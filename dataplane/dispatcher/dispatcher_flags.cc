@@ -27,6 +27,8 @@ void DefineFlags(CLI::App& app, DispatcherFlags& f) {
   app.add_option("--heartbeat_interval_ms", f.heartbeat_interval_ms, "heartbeat period told to workers");
   app.add_option("--client_timeout_ms", f.client_timeout_ms, "a job client silent this long is released");
   app.add_option("--job_gc_grace_ms", f.job_gc_grace_ms, "a job without clients finishes after this long");
+  app.add_option("--unused_dataset_retention_ms", f.unused_dataset_retention_ms,
+                 "a dataset no job refers to is forgotten after this long (its split list is freed)");
   app.add_option("--finished_jobs_retained", f.finished_jobs_retained,
                  "finished jobs kept for GetState and iteration numbering; older ones are forgotten");
   app.add_option("--max_splits_per_request", f.max_splits_per_request, "GetSplits hands out at most this many splits");
@@ -112,6 +114,7 @@ absl::Status Validate(const DispatcherFlags& f) {
   const std::pair<const char*, int64_t> non_negative[] = {{"snapshot_every", f.snapshot_every},
                                                           {"job_gc_grace_ms", f.job_gc_grace_ms},
                                                           {"finished_jobs_retained", f.finished_jobs_retained},
+                                                          {"unused_dataset_retention_ms", f.unused_dataset_retention_ms},
                                                           {"tick_interval_ms", f.tick_interval_ms}};
   for (const auto& [name, value] : non_negative) {
     if (value < 0) return invalid("--", name, ": must be >= 0, got ", value);
@@ -172,6 +175,7 @@ DispatcherOptions ServiceOptionsFromFlags(const DispatcherFlags& f) {
   o.job_gc_grace = absl::Milliseconds(f.job_gc_grace_ms);
   o.snapshot_every = f.snapshot_every;
   o.finished_jobs_retained = f.finished_jobs_retained;
+  o.unused_dataset_retention = absl::Milliseconds(f.unused_dataset_retention_ms);
   o.max_splits_per_request = f.max_splits_per_request;
   o.dataservice = f.dataservice;
   return o;

@@ -31,6 +31,7 @@ struct DispatcherFlags {
   int64_t client_timeout_ms = 60000;
   int64_t job_gc_grace_ms = 300000;
   int64_t finished_jobs_retained = 1000;  // older finished jobs are forgotten
+  int64_t unused_dataset_retention_ms = 3600000;  // a dataset no job uses is forgotten after this
   int max_splits_per_request = 256;
   int64_t tick_interval_ms = 0;        // periodic checks; 0: worker_timeout/10 within [10, 500] ms
   std::string dataservice;

@@ -167,6 +167,7 @@ absl::Status DispatcherService::RegisterDataset(const service::RegisterDatasetRe
       if (const auto* d = state_.FindDataset(id)) {
         response->set_dataset_id(id);
         response->set_num_splits(static_cast<int64_t>(d->splits.size()));
+        dataset_last_used_[id] = clock_->Now();  // a job for it is probably on its way
         sequence = LastSequenceLocked();
       }
     }
@@ -200,6 +201,7 @@ absl::Status DispatcherService::RegisterDataset(const service::RegisterDatasetRe
     }
     response->set_dataset_id(id);
     response->set_num_splits(static_cast<int64_t>(state_.FindDataset(id)->splits.size()));
+    dataset_last_used_[id] = clock_->Now();
     sequence = LastSequenceLocked();
   }
   return Durable(sequence);
@@ -1095,6 +1097,7 @@ void DispatcherService::Tick() {
     }
     for (size_t i = 0; i < removable.size() && finished > options_.finished_jobs_retained; ++i) {
       const std::string label = JobLabel(*state_.FindJob(removable[i]));
+      const std::string dataset_id = state_.FindJob(removable[i])->spec.dataset_id();
       Update u;
       u.mutable_remove_job()->set_job_id(removable[i]);
       if (absl::Status s = Commit(u); !s.ok()) {
@@ -1102,12 +1105,35 @@ void DispatcherService::Tick() {
         break;
       }
       --finished;
+      dataset_last_used_[dataset_id] = now;
       job_metrics_.erase(removable[i]);
       max_round_seen_.erase(removable[i]);
       bool label_in_use = false;
       for (const auto& [id, job] : state_.jobs()) label_in_use |= JobLabel(job) == label;
       if (metrics_ != nullptr && !label_in_use) metrics_->RemoveJobSeries(label);
       SLUICE_LOG(Info, "finished job forgotten (retention)").With("job_id", removable[i]);
+    }
+    // Datasets no job refers to, unused for unused_dataset_retention, are forgotten (their split
+    // lists are the bulk of a long-lived dispatcher's state). The period covers a client that
+    // registered a dataset and has yet to create its job.
+    std::vector<std::string> unused;
+    for (const auto& [id, dataset] : state_.datasets()) {
+      if (state_.DatasetInUse(id)) {
+        dataset_last_used_.erase(id);
+        continue;
+      }
+      auto [it, first_seen] = dataset_last_used_.try_emplace(id, now);
+      if (!first_seen && now - it->second >= options_.unused_dataset_retention) unused.push_back(id);
+    }
+    for (const std::string& id : unused) {
+      Update u;
+      u.mutable_remove_dataset()->set_dataset_id(id);
+      if (absl::Status s = Commit(u); !s.ok()) {
+        SLUICE_LOG(Error, "cannot remove unused dataset").With("dataset_id", id).With("error", s.ToString());
+        continue;
+      }
+      dataset_last_used_.erase(id);
+      SLUICE_LOG(Info, "unused dataset forgotten (retention)").With("dataset_id", id);
     }
     UpdateGaugesLocked();
     sequence = LastSequenceLocked();

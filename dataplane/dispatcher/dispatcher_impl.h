@@ -46,6 +46,7 @@ struct DispatcherOptions {
   int64_t snapshot_every = 10000;                          // compact after this many updates (0: never)
   int32_t max_splits_per_request = 256;                    // GetSplits.max_splits is clamped to this
   int64_t finished_jobs_retained = 1000;                   // older finished jobs are forgotten (see Tick)
+  absl::Duration unused_dataset_retention = absl::Hours(1); // a dataset no job uses is forgotten after this
   std::string dataservice;                                 // metrics label
 };
 
@@ -146,6 +147,9 @@ class DispatcherService {
   // Coordinated reads: clients replaced by a newer client with their consumer index -> why (their
   // next heartbeat gets it as FAILED_PRECONDITION). Soft state; a few bytes per replacement.
   std::map<int64_t, std::string> replaced_clients_ ABSL_GUARDED_BY(mu_);
+  // Retention: when each dataset was last registered or last used by a job that went (soft state;
+  // after a restart every dataset starts its retention period anew).
+  std::map<std::string, absl::Time> dataset_last_used_ ABSL_GUARDED_BY(mu_);
 };
 
 // True when a client on `client_host` and a worker on `worker_host` share a host (exact match,

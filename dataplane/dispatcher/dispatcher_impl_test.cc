@@ -272,6 +272,37 @@ TEST_CASE("retention: beyond finished_jobs_retained, the oldest finished jobs ar
   CHECK(d.MustJob(ds, service::SHARDING_OFF, "train").iteration() == 2);
 }
 
+TEST_CASE("retention: a dataset no job uses is forgotten after unused_dataset_retention; registering it again works") {
+  DispatcherOptions options;
+  options.finished_jobs_retained = 0;
+  options.unused_dataset_retention = absl::Minutes(10);
+  ServiceHarness h("", options);
+  Driver d{h.service()};
+  const std::string unused = d.Register(RangePipeline(100, 10));
+  const std::string used = d.Register(RangePipeline(50, 10));
+  d.Heartbeat("w1:1");
+  auto job = d.MustJob(used, service::SHARDING_OFF, "keeps-it");
+  h.service().Tick();
+  h.clock().Advance(absl::Minutes(9));
+  d.Heartbeat("w1:1");
+  h.service().Tick();
+  service::GetOrCreateJobResponse resp;
+  CHECK(d.Job(unused, service::SHARDING_OFF, "", &resp).ok());  // still known (and now used)
+  // A later job's dataset: registered, then unused for longer than the retention.
+  const std::string later = d.Register(RangePipeline(70, 10));
+  h.service().Tick();
+  h.clock().Advance(absl::Minutes(11));
+  d.Heartbeat("w1:1");
+  h.service().Tick();
+  absl::Status s = d.Job(later, service::SHARDING_OFF, "", &resp);
+  CHECK(s.code() == absl::StatusCode::kNotFound);
+  CHECK(Contains(s, "register the dataset first"));
+  CHECK(d.Register(RangePipeline(70, 10)) == later);  // registering again brings it back
+  CHECK(d.Job(later, service::SHARDING_OFF, "", &resp).ok());
+  CHECK(d.Job(used, service::SHARDING_OFF, "keeps-it", &resp).ok());  // used by a job: kept
+  (void)job;
+}
+
 TEST_CASE("RegisterDataset: same pipeline, same id; bad pipelines are named") {
   ServiceHarness h("");
   Driver d{h.service()};

@@ -145,6 +145,7 @@ absl::Status DispatcherState::Check(const Update& update) const {
     case Update::kIdCounters: return CheckIdCounters(update.id_counters());
     case Update::kSplitProgress: return CheckSplitProgress(update.split_progress());
     case Update::kRemoveJob: return CheckRemoveJob(update.remove_job());
+    case Update::kRemoveDataset: return CheckRemoveDataset(update.remove_dataset());
     case Update::KIND_NOT_SET: break;
   }
   return absl::InvalidArgumentError(
@@ -576,6 +577,24 @@ bool DispatcherState::Removable(const Job& job) const {
   return latest != nullptr && latest->id != job.id;
 }
 
+bool DispatcherState::DatasetInUse(const std::string& dataset_id) const {
+  for (const auto& [id, job] : jobs_) {
+    if (job.spec.dataset_id() == dataset_id) return true;
+  }
+  return false;
+}
+
+absl::Status DispatcherState::CheckRemoveDataset(const service::RemoveDatasetUpdate& u) const {
+  if (FindDataset(u.dataset_id()) == nullptr) {
+    return absl::NotFoundError(absl::StrCat("remove_dataset.dataset_id '", u.dataset_id(), "' is not known"));
+  }
+  if (DatasetInUse(u.dataset_id())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("remove_dataset.dataset_id '", u.dataset_id(), "' is used by a job"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DispatcherState::CheckRemoveJob(const service::RemoveJobUpdate& u) const {
   const Job* job = FindJob(u.job_id());
   if (job == nullptr) return UnknownJob("remove_job.job_id", u.job_id());
@@ -618,6 +637,7 @@ absl::Status DispatcherState::Apply(const Update& update) {
     case Update::kIdCounters: DoIdCounters(update.id_counters()); break;
     case Update::kSplitProgress: DoSplitProgress(update.split_progress()); break;
     case Update::kRemoveJob: DoRemoveJob(update.remove_job()); break;
+    case Update::kRemoveDataset: DoRemoveDataset(update.remove_dataset()); break;
     case Update::KIND_NOT_SET: break;  // rejected by Check
   }
   return absl::OkStatus();
@@ -793,6 +813,8 @@ void DispatcherState::DoStartSplits(const service::StartSplitsUpdate& u) {
 }
 
 void DispatcherState::DoRemoveJob(const service::RemoveJobUpdate& u) { jobs_.erase(u.job_id()); }
+
+void DispatcherState::DoRemoveDataset(const service::RemoveDatasetUpdate& u) { datasets_.erase(u.dataset_id()); }
 
 void DispatcherState::DoSplitProgress(const service::SplitProgressUpdate& u) {
   Job& job = jobs_.at(u.job_id());

@@ -132,6 +132,8 @@ class DispatcherState {
   // Whether a job may be forgotten (RemoveJobUpdate): finished, without clients, and not the most
   // recent job of its name (which keeps the name's iteration count and metric labels).
   bool Removable(const Job& job) const;
+  // Whether any job (finished or not) refers to the dataset.
+  bool DatasetInUse(const std::string& dataset_id) const;
 
   // Ids for new objects: never reused, also not after the object is gone.
   int64_t next_job_id() const { return next_job_id_; }
@@ -163,6 +165,7 @@ class DispatcherState {
   absl::Status CheckIdCounters(const service::IdCountersUpdate& u) const;
   absl::Status CheckSplitProgress(const service::SplitProgressUpdate& u) const;
   absl::Status CheckRemoveJob(const service::RemoveJobUpdate& u) const;
+  absl::Status CheckRemoveDataset(const service::RemoveDatasetUpdate& u) const;
 
   void DoRegisterDataset(const service::RegisterDatasetUpdate& u);
   void DoCreateJob(const service::CreateJobUpdate& u);
@@ -182,6 +185,7 @@ class DispatcherState {
   void DoIdCounters(const service::IdCountersUpdate& u);
   void DoSplitProgress(const service::SplitProgressUpdate& u);
   void DoRemoveJob(const service::RemoveJobUpdate& u);
+  void DoRemoveDataset(const service::RemoveDatasetUpdate& u);
 
   // A task leaves its job's dynamic split state: its unstarted splits go back to the queue front,
   // and so do the remainders of the splits it was reading under a lease.

@@ -466,6 +466,16 @@ TEST_CASE("finished jobs can be forgotten, except a name's latest and jobs with 
   MustFail(s, unknown, absl::StatusCode::kNotFound, "remove_job.job_id 1");
   CHECK(Rebuild(s).DebugString() == s.DebugString());
   CHECK(s.next_job_id() == 4);  // ids are not reused
+  // Datasets: removable only when no job (finished or not) refers to them.
+  Update remove_dataset;
+  remove_dataset.mutable_remove_dataset()->set_dataset_id("ds");
+  MustFail(s, remove_dataset, absl::StatusCode::kFailedPrecondition, "is used by a job");
+  MustApply(s, RegisterDataset("other", 1));
+  remove_dataset.mutable_remove_dataset()->set_dataset_id("other");
+  MustApply(s, remove_dataset);
+  CHECK(s.FindDataset("other") == nullptr);
+  MustFail(s, remove_dataset, absl::StatusCode::kNotFound, "'other' is not known");
+  CHECK(Rebuild(s).DebugString() == s.DebugString());
 }
 
 TEST_CASE("job clients: acquire, release with time, ids never reused") {
