@@ -197,7 +197,12 @@ class DataServiceClient::Impl {
   void RoundLoop();
   std::shared_ptr<grpc::Channel> WorkerChannelLocked(const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits for room in the buffer and takes an outstanding-request slot; false if `stop` or shutdown.
-  bool AcquireSlotLocked(const bool* stop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `reader`: the task reader asking (null: the round reader). Under AUTO locality with sharding
+  // other than OFF, a remote task's reader waits while the buffer is a quarter full or more and a
+  // local task is being read: local workers serve the trainer when they keep up, remote ones fill
+  // in when they do not (and, their buffers full, stop taking splits meanwhile).
+  bool AcquireSlotLocked(const bool* stop, const TaskReader* reader = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool YieldsToLocalLocked(const TaskReader& reader) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseSlotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { --outstanding_; }
   void PushLocked(std::vector<DecodedElement> elements) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetFatalLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -409,15 +414,27 @@ std::shared_ptr<grpc::Channel> DataServiceClient::Impl::WorkerChannelLocked(cons
   return channel;
 }
 
-bool DataServiceClient::Impl::AcquireSlotLocked(const bool* stop) {
-  auto has_room = [this] {
+bool DataServiceClient::Impl::YieldsToLocalLocked(const TaskReader& reader) const {
+  if (opts_.target_workers != service::TARGET_WORKERS_AUTO || opts_.sharding == service::SHARDING_OFF || coordinated_) {
+    return false;
+  }
+  if (IsLocalTask(reader.info, client_host_)) return false;
+  for (const auto& [id, other] : readers_) {
+    if (!other->stop && !other->done && IsLocalTask(other->info, client_host_)) return true;
+  }
+  return false;
+}
+
+bool DataServiceClient::Impl::AcquireSlotLocked(const bool* stop, const TaskReader* reader) {
+  auto has_room = [this, reader] {
     mu_.AssertHeld();
     // Every reader may have one read in flight: a slot held by a reader whose task has nothing to
     // send yet must not starve the others (under dynamic sharding, that task's end can depend on
     // another task's elements being read).
     const int64_t slots = std::max<int64_t>(opts_.max_outstanding_requests, static_cast<int64_t>(readers_.size()));
-    return buffered_bytes_ < opts_.max_buffered_bytes &&
-           (opts_.max_outstanding_requests == 0 || outstanding_ < slots);
+    const int64_t budget = (reader != nullptr && YieldsToLocalLocked(*reader)) ? opts_.max_buffered_bytes / 4
+                                                                              : opts_.max_buffered_bytes;
+    return buffered_bytes_ < budget && (opts_.max_outstanding_requests == 0 || outstanding_ < slots);
   };
   auto can_go = [&] {
     mu_.AssertHeld();
@@ -635,7 +652,7 @@ void DataServiceClient::Impl::ReaderLoop(TaskReader* r) {
     while (true) {
       {
         absl::MutexLock l(&mu_);
-        if (!AcquireSlotLocked(&r->stop)) break;
+        if (!AcquireSlotLocked(&r->stop, r)) break;
       }
       if (!stream->Read(&resp)) {
         absl::MutexLock l(&mu_);

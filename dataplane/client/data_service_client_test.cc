@@ -506,6 +506,62 @@ TEST_CASE("client_locality: AUTO reads the local worker only, LOCAL waits for on
   }
 }
 
+TEST_CASE("client_locality: AUTO under dynamic sharding reads remote workers only when local ones fall behind") {
+  // A local and a remote task, each with plenty to send; the trainer reads one element at a time.
+  Harness h(2);
+  h.dispatcher.AddTask(MakeTask(1, h.worker_address(0), "host-a"));
+  h.dispatcher.AddTask(MakeTask(2, h.worker_address(1), "host-b"));
+  constexpr int kEach = 200;
+  constexpr size_t kPayload = 4 << 10;
+  for (int i = 0; i < kEach; ++i) {
+    h.workers[0]->PushElement(1, Num(1000 + i, kPayload));
+    h.workers[1]->PushElement(2, Num(2000 + i, kPayload));
+  }
+  h.workers[0]->PushEnd(1);
+  h.workers[1]->PushEnd(2);
+  h.FinishWhenEnded({{0, 1}, {1, 2}});
+  const int64_t element_bytes = static_cast<int64_t>(pipeline::EncodeElement(Num(0, kPayload)).size());
+  auto o = h.Options();
+  o.client_host = "host-a";
+  o.sharding = service::SHARDING_DYNAMIC;
+  o.max_elements_per_response = 1;
+  o.compression = service::COMPRESSION_NONE;
+  o.max_buffered_bytes = 16 * element_bytes;
+  SECTION("AUTO: while the local worker keeps the buffer a quarter full, the remote one waits") {
+    auto client = MustCreate(o);
+    REQUIRE(WaitUntil([&] { return client->stats().buffered_bytes >= o.max_buffered_bytes; }));
+    int remote = 0;
+    for (int i = 0; i < 100; ++i) {
+      auto next = client->GetNext(absl::Seconds(30));
+      REQUIRE(next.ok());
+      REQUIRE(next->has_value());
+      remote += V(**next) >= 2000;
+      // Let the readers refill before the next step, as a trainer's step would.
+      REQUIRE(WaitUntil([&] { return client->stats().buffered_bytes >= o.max_buffered_bytes - element_bytes; }));
+    }
+    // At most the first quarter-buffer (4 elements) and a read in flight came from the remote worker.
+    CHECK(remote <= 6);
+    // Once the local worker is done, the remote one delivers the rest: nothing is lost.
+    std::vector<int64_t> rest = Drain(*client);
+    CHECK(rest.size() == static_cast<size_t>(2 * kEach - 100));
+  }
+  SECTION("ANY: both are read alike") {
+    o.target_workers = service::TARGET_WORKERS_ANY;
+    auto client = MustCreate(o);
+    REQUIRE(WaitUntil([&] { return client->stats().buffered_bytes >= o.max_buffered_bytes; }));
+    int remote = 0;
+    for (int i = 0; i < 100; ++i) {
+      auto next = client->GetNext(absl::Seconds(30));
+      REQUIRE(next.ok());
+      REQUIRE(next->has_value());
+      remote += V(**next) >= 2000;
+      REQUIRE(WaitUntil([&] { return client->stats().buffered_bytes >= o.max_buffered_bytes - element_bytes; }));
+    }
+    CHECK(remote >= 20);
+    CHECK(Drain(*client).size() == static_cast<size_t>(2 * kEach - 100));
+  }
+}
+
 TEST_CASE("client_stall: wait and step seconds are exact with a controlled clock") {
   Harness h(1);
   h.dispatcher.AddTask(MakeTask(1, h.worker_address(0)));
