@@ -137,6 +137,7 @@ namespace {
 // guarded by the client's mutex.
 struct TaskReader {
   service::TaskInfo info;
+  bool local = false;                      // the task runs on the client's host (fixed per task)
   std::thread thread;
   bool stop = false;                       // asked to stop (task no longer selected, shutdown)
   bool done = false;                       // the thread finished its loop
@@ -418,9 +419,9 @@ bool DataServiceClient::Impl::YieldsToLocalLocked(const TaskReader& reader) cons
   if (opts_.target_workers != service::TARGET_WORKERS_AUTO || opts_.sharding == service::SHARDING_OFF || coordinated_) {
     return false;
   }
-  if (IsLocalTask(reader.info, client_host_)) return false;
+  if (reader.local) return false;
   for (const auto& [id, other] : readers_) {
-    if (!other->stop && !other->done && IsLocalTask(other->info, client_host_)) return true;
+    if (!other->stop && !other->done && other->local) return true;
   }
   return false;
 }
@@ -613,6 +614,7 @@ void DataServiceClient::Impl::ApplyHeartbeatLocked(const service::ClientHeartbea
 void DataServiceClient::Impl::StartReaderLocked(const service::TaskInfo& info) {
   auto reader = std::make_unique<TaskReader>();
   reader->info = info;
+  reader->local = IsLocalTask(info, client_host_);
   TaskReader* r = reader.get();
   readers_[info.task_id()] = std::move(reader);
   r->thread = std::thread([this, r] { ReaderLoop(r); });

@@ -527,18 +527,23 @@ TEST_CASE("client_locality: AUTO under dynamic sharding reads remote workers onl
   o.max_elements_per_response = 1;
   o.compression = service::COMPRESSION_NONE;
   o.max_buffered_bytes = 16 * element_bytes;
-  SECTION("AUTO: while the local worker keeps the buffer a quarter full, the remote one waits") {
-    auto client = MustCreate(o);
-    REQUIRE(WaitUntil([&] { return client->stats().buffered_bytes >= o.max_buffered_bytes; }));
+  // Waits for a full buffer, then reads 100 elements one at a time, letting the readers refill
+  // before each next step as a trainer's step would; returns how many came from the remote task.
+  auto remote_of_100 = [&](DataServiceClient& client) {
+    REQUIRE(WaitUntil([&] { return client.stats().buffered_bytes >= o.max_buffered_bytes; }));
     int remote = 0;
     for (int i = 0; i < 100; ++i) {
-      auto next = client->GetNext(absl::Seconds(30));
+      auto next = client.GetNext(absl::Seconds(30));
       REQUIRE(next.ok());
       REQUIRE(next->has_value());
       remote += V(**next) >= 2000;
-      // Let the readers refill before the next step, as a trainer's step would.
-      REQUIRE(WaitUntil([&] { return client->stats().buffered_bytes >= o.max_buffered_bytes - element_bytes; }));
+      REQUIRE(WaitUntil([&] { return client.stats().buffered_bytes >= o.max_buffered_bytes - element_bytes; }));
     }
+    return remote;
+  };
+  SECTION("AUTO: while the local worker keeps the buffer a quarter full, the remote one waits") {
+    auto client = MustCreate(o);
+    const int remote = remote_of_100(*client);
     // At most the first quarter-buffer (4 elements) and a read in flight came from the remote worker.
     CHECK(remote <= 6);
     // Once the local worker is done, the remote one delivers the rest: nothing is lost.
@@ -548,15 +553,7 @@ TEST_CASE("client_locality: AUTO under dynamic sharding reads remote workers onl
   SECTION("ANY: both are read alike") {
     o.target_workers = service::TARGET_WORKERS_ANY;
     auto client = MustCreate(o);
-    REQUIRE(WaitUntil([&] { return client->stats().buffered_bytes >= o.max_buffered_bytes; }));
-    int remote = 0;
-    for (int i = 0; i < 100; ++i) {
-      auto next = client->GetNext(absl::Seconds(30));
-      REQUIRE(next.ok());
-      REQUIRE(next->has_value());
-      remote += V(**next) >= 2000;
-      REQUIRE(WaitUntil([&] { return client->stats().buffered_bytes >= o.max_buffered_bytes - element_bytes; }));
-    }
+    const int remote = remote_of_100(*client);
     CHECK(remote >= 20);
     CHECK(Drain(*client).size() == static_cast<size_t>(2 * kEach - 100));
   }

@@ -126,6 +126,9 @@ class SplitProvider {
     (void)position;
     return SplitLease{};
   }
+  // Whether this provider hands out position leases (RenewLease/SplitFinished matter). Splits of a
+  // provider without them are read directly, unless they are remainders (skip > 0).
+  virtual bool UsesLeases() const { return false; }
   // The reader reached the end of `split` (after `elements` elements, skipped ones included).
   virtual void SplitFinished(const Split& split, int64_t elements) {
     (void)split;
@@ -133,8 +136,9 @@ class SplitProvider {
   }
 };
 
-// Opens `split` of `source` for a pipeline: discards split.skip elements, asks `provider` (may be
-// null) for leases as it goes and tells it when the split ends.
+// Opens `split` of `source` for a pipeline: discards split.skip elements and, when `provider`
+// (may be null) uses leases, asks it for them as it goes and tells it when the split ends. A plain
+// split of a lease-less provider is the source's own reader, with nothing in between.
 absl::StatusOr<std::unique_ptr<SplitReader>> OpenSplit(const Source& source, const Split& split,
                                                        const SourceContext& context, SplitProvider* provider);
 

@@ -80,8 +80,9 @@ absl::StatusOr<std::unique_ptr<SplitReader>> OpenSplit(const Source& source, con
   }
   auto reader = source.Open(split, context);
   if (!reader.ok()) return reader.status();
-  if (split.skip == 0 && provider == nullptr) return reader;
-  return std::unique_ptr<SplitReader>(new LeasedSplitReader(*std::move(reader), split, provider));
+  const bool leases = provider != nullptr && provider->UsesLeases();
+  if (split.skip == 0 && !leases) return reader;
+  return std::unique_ptr<SplitReader>(new LeasedSplitReader(*std::move(reader), split, leases ? provider : nullptr));
 }
 
 SourceRegistry& SourceRegistry::Builtin() {

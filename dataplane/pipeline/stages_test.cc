@@ -159,6 +159,7 @@ class LeasingSplitProvider : public SplitProvider {
     return std::optional<Split>(splits_[next_++]);
   }
   absl::Status Reset() override { return absl::OkStatus(); }
+  bool UsesLeases() const override { return true; }
   absl::StatusOr<SplitLease> RenewLease(const Split& split, int64_t position) override {
     absl::MutexLock lock(&mu_);
     renewals_[split.index].push_back(position);

@@ -75,6 +75,7 @@ class DispatcherSplitProvider : public pipeline::SplitProvider {
   absl::Status Reset() override;
   absl::StatusOr<pipeline::SplitLease> RenewLease(const pipeline::Split& split, int64_t position) override;
   void SplitFinished(const pipeline::Split& split, int64_t elements) override;
+  bool UsesLeases() const override { return leases_on(); }
 
   // Stops fetching; GetNext and Reset return CANCELLED from now on.
   void Cancel();
