@@ -22,7 +22,7 @@ using json = nlohmann::json;
 
 // Every Pod and Node in the recorded responses of a fixture file (objects and list items).
 std::vector<json> RecordedObjects(const std::string& fixture, const std::string& kind) {
-  std::ifstream in(sluice::testing::SourceDir() + "/../shared/kube-fixtures/" + fixture + ".json");
+  std::ifstream in(sluice::testing::SourceDir() + "/testing/kube-fixtures/" + fixture + ".json");
   json doc = json::parse(in, nullptr, /*allow_exceptions=*/false);
   REQUIRE(doc.is_object());
   std::vector<json> out;

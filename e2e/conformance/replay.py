@@ -37,19 +37,15 @@ KNOWN_DEVIATIONS = {
         "expect": r"^body\.groups: ",
     },
     ("status-scale", 3): {
-        "reason": "the recording is inconsistent here: the object had spec.replicas 6 at resourceVersion 403 yet the "
-                  "recorded GET /scale shows 8 (the value the next PUT sets). The test server reports the "
-                  "object's actual 6.",
+        "reason": "the recorder edited this response in place before saving it: the real GET /scale answered the "
+                  "object's spec.replicas 6 (resourceVersion 403), and the recording script then set 8 in the same "
+                  "dict to send it back as the next exchange's PUT, so the saved response body is byte for byte "
+                  "exchange 4's request body. The test server answers the real 6. (Across all fixtures only this "
+                  "response and leases exchange 0's are identical to a later request body; the leases one differs "
+                  "only in renewTime, which is compared as volatile.)",
         "expect": r"^body\.spec\.replicas: value 8 != 6$",
     },
 }
-
-
-def _adjust_lease_renew(request):
-    body = json.loads(json.dumps(request["body"]))
-    body["spec"]["renewTime"] = "2026-11-22T00:00:04.000000Z"
-    request["body"] = body
-    return request
 
 
 def _adjust_watch_timeout(request):
@@ -59,11 +55,6 @@ def _adjust_watch_timeout(request):
 
 # (file, exchange index) -> (function(request) -> request, reason)
 ADJUSTMENTS = {
-    ("leases", 1): (_adjust_lease_renew,
-                    "the recorded renew PUT repeats the stored Lease byte for byte, yet the recording shows a new "
-                    "resourceVersion; like etcd-backed Kubernetes the test server treats an unchanged update as a "
-                    "no-op, so the renewal is replayed with renewTime advanced (which is what a renewal does) to "
-                    "make the following takeover attempt stale as recorded."),
     ("watch", 0): (_adjust_watch_timeout,
                    "the recorded watch ran for its 65 s timeout with bookmarks once a minute; the replay shortens "
                    "the timeout to 2 s and the server's bookmark interval to 0.3 s (admin config). The writes that "
@@ -89,11 +80,10 @@ def fixture_dir():
         return env
     here = os.path.dirname(os.path.abspath(__file__))
     repo = os.path.dirname(os.path.dirname(here))
-    for candidate in (os.path.join(repo, "..", "shared", "kube-fixtures"), "/work/shared/kube-fixtures"):
-        if os.path.isdir(candidate):
-            return os.path.abspath(candidate)
-    raise FileNotFoundError("kube-fixtures not found: set %s or place ../shared/kube-fixtures beside the repo"
-                            % FIXTURE_ENV)
+    candidate = os.path.join(repo, "testing", "kube-fixtures")
+    if os.path.isdir(candidate):
+        return os.path.abspath(candidate)
+    raise FileNotFoundError("kube-fixtures not found at %s: set %s" % (candidate, FIXTURE_ENV))
 
 
 def load(name, directory=None):

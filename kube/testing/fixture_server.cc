@@ -186,12 +186,13 @@ Reply Reply::FromExchange(const json& exchange) {
 std::string FixturesDir() {
   if (const char* dir = std::getenv("SLUICE_KUBE_FIXTURES"); dir != nullptr && *dir != '\0') return dir;
 #ifdef SLUICE_KUBE_DEFAULT_FIXTURES_DIR
-  if (std::ifstream(absl::StrCat(SLUICE_KUBE_DEFAULT_FIXTURES_DIR, "/README.md"))) return SLUICE_KUBE_DEFAULT_FIXTURES_DIR;
-#endif
+  return SLUICE_KUBE_DEFAULT_FIXTURES_DIR;
+#else
   if (const char* src = std::getenv("SLUICE_SOURCE_DIR"); src != nullptr && *src != '\0') {
-    return absl::StrCat(src, "/../shared/kube-fixtures");
+    return absl::StrCat(src, "/testing/kube-fixtures");
   }
-  return "../shared/kube-fixtures";
+  return "testing/kube-fixtures";
+#endif
 }
 
 absl::StatusOr<json> LoadFixture(absl::string_view name) {
