@@ -330,7 +330,7 @@ TEST_CASE("bucket_by_length with group emits runs of batches from one bucket (th
   CHECK(std::string(bad.status().message()).find("group") != std::string::npos);
 }
 
-TEST_CASE("every stage counts elements and bytes; the source counts CPU") {
+TEST_CASE("every stage counts elements and bytes, the source counts CPU") {
   auto p = MakePipeline("source: {synthetic: {count: 64, shape: [1000]}}\nsteps:\n  - filter: {field: index, lt: 32}\n  - batch: 8\n");
   REQUIRE(p.ok());
   auto out = Collect(**p);

@@ -72,7 +72,7 @@ TEST_CASE("decode_jpeg: bad arguments are rejected at creation") {
   CHECK_THROWS(ValidatedArgs("decode_jpeg", {{"on_error", Str("ignore")}}));
 }
 
-TEST_CASE("decode_jpeg on corrupt data names the field; on_error=skip returns DataLoss") {
+TEST_CASE("decode_jpeg on corrupt data names the field, on_error=skip returns DataLoss") {
   std::string jpeg = EncodeJpeg(SmoothImage(64, 64, 3));
   std::string corrupt = jpeg.substr(0, 30);
   auto fail = MakeOp("decode_jpeg");
