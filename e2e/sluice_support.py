@@ -63,6 +63,21 @@ def python_path():
     return path if os.path.isdir(os.path.join(path, "sluice")) else None
 
 
+def require_python_module():
+    """The PYTHONPATH entry of the built `sluice` Python module. When it is missing the calling test fails if this
+    build configures the module ($SLUICE_E2E_REQUIRE_PYTHON=1, set by ctest when the sluice_python target exists;
+    without that variable, $SLUICE_E2E_REQUIRE_BINARIES=1 decides), and skips otherwise."""
+    path = python_path()
+    if path is None:
+        message = ("the sluice Python module is not built (looked for %s); build it with ninja -C <build> "
+                   "sluice_python" % os.path.join(os.path.dirname(binary_dir()), "python", "sluice"))
+        required = os.environ.get("SLUICE_E2E_REQUIRE_PYTHON", os.environ.get("SLUICE_E2E_REQUIRE_BINARIES"))
+        if required == "1":
+            pytest.fail(message + " (this build configures it, so the test must not skip)")
+        pytest.skip(message)
+    return path
+
+
 # ---------------------------------------------------------------------------------------------- the operator
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from e2e import harness
 from e2e.sluice_support import (CRD, GROUP_VERSION, Operator, condition, dataservice, image_map, live_pods,
-                                python_path, require_binary, worker_selector)
+                                require_binary, require_python_module, worker_selector)
 
 NS = "life"
 
@@ -76,9 +76,7 @@ def events(cluster, reason=None):
 
 
 def start_client(cluster, name, stop, pause_after):
-    path = python_path()
-    if path is None:
-        pytest.skip("the sluice Python module is not built (ninja -C <build> sluice_python)")
+    path = require_python_module()
     env = dict(os.environ, PYTHONPATH=path)
     return subprocess.Popen([sys.executable, "-c", CLIENT, dispatcher_endpoint(cluster, name), str(stop),
                              str(pause_after)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
@@ -117,6 +115,7 @@ def test_create_makes_dispatcher_and_workers_ready(env, ready_ds):
 
 
 def test_client_reads_data_from_the_workers(env, ready_ds):
+    require_python_module()
     cluster, _ = env
     proc = start_client(cluster, "reader", stop=300, pause_after=-1)
     result = finish_client(proc)
@@ -219,8 +218,6 @@ class PodWatcher:
 
 def test_worker_spec_change_rolls_pods_one_at_a_time(env, ready_ds):
     cluster, _ = env
-    if cluster.real:
-        pytest.skip("reads the watch from the test API server's history")
     cluster.apply(dataservice("roll", replicas=3), namespace=NS)
     wait_ready(cluster, "roll", 3)
     old_uids = {p["metadata"]["uid"] for p in live_pods(cluster, NS, worker_selector("roll"))}
@@ -275,6 +272,7 @@ def test_hybrid_places_local_workers_on_the_trainers_node_and_the_rest_remote(en
 
 
 def test_delete_drains_workers_before_the_dataservice_goes(env):
+    require_python_module()
     cluster, operator = env
     cluster.apply(dataservice("drainme", replicas=2), namespace=NS)
     wait_ready(cluster, "drainme", 2)
