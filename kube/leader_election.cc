@@ -65,11 +65,44 @@ absl::Duration LeaderElector::JitteredRetry() {
   return config_.retry_period * factor;
 }
 
+const char* OutcomeName(LeaderElectionAttempt::Outcome outcome) {
+  switch (outcome) {
+    case LeaderElectionAttempt::Outcome::kAcquired:
+      return "acquired";
+    case LeaderElectionAttempt::Outcome::kRenewed:
+      return "renewed";
+    case LeaderElectionAttempt::Outcome::kHeldByOther:
+      return "held";
+    case LeaderElectionAttempt::Outcome::kLostRace:
+      return "lost-race";
+    case LeaderElectionAttempt::Outcome::kError:
+      return "error";
+  }
+  return "error";
+}
+
 absl::StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
+  LeaderElectionAttempt attempt;
+  absl::StatusOr<bool> result = Attempt(&attempt);
+  if (!result.ok()) {
+    attempt.outcome = LeaderElectionAttempt::Outcome::kError;
+    attempt.error = result.status();
+  }
+  if (config_.on_attempt) config_.on_attempt(attempt);
+  return result;
+}
+
+absl::StatusOr<bool> LeaderElector::Attempt(LeaderElectionAttempt* attempt) {
+  using Outcome = LeaderElectionAttempt::Outcome;
   const ResourceRef leases = resources::Leases();
-  absl::Time now = config_.clock->Now();
   int lease_seconds = static_cast<int>(std::ceil(absl::ToDoubleSeconds(config_.lease_duration)));
   auto current = client_->Get(leases, config_.lease_namespace, config_.lease_name);
+  // "Now" is when the answer arrived: a record cannot be observed before it is read (taking the time
+  // before the GET could date a renewal written during the GET earlier than its own renewTime).
+  absl::Time now = config_.clock->Now();
+  attempt->at = now;
+  attempt->observed_change = now;
+  attempt->expires = now + config_.lease_duration;
   if (!current.ok() && absl::IsNotFound(current.status())) {
     json lease = {{"apiVersion", "coordination.k8s.io/v1"},
                   {"kind", "Lease"},
@@ -82,9 +115,13 @@ absl::StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
                     {"leaseTransitions", 0}}}};
     auto created = client_->Create(leases, config_.lease_namespace, lease);
     if (!created.ok()) {
-      if (absl::IsAlreadyExists(created.status()) || IsConflict(created.status())) return false;
+      if (absl::IsAlreadyExists(created.status()) || IsConflict(created.status())) {
+        attempt->outcome = Outcome::kLostRace;
+        return false;
+      }
       return created.status();
     }
+    attempt->outcome = Outcome::kAcquired;
     {
       absl::MutexLock lock(&mu_);
       observed_spec_ = SpecOf(*created);
@@ -109,8 +146,14 @@ absl::StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
     observed_time = observed_time_;
   }
   ObserveHolder(holder);
+  attempt->holder = holder;
+  attempt->observed_change = observed_time;
+  attempt->expires = observed_time + config_.lease_duration;
   bool held_by_other = !holder.empty() && holder != config_.identity;
-  if (held_by_other && observed_time + config_.lease_duration > now) return false;
+  if (held_by_other && observed_time + config_.lease_duration > now) {
+    attempt->outcome = Outcome::kHeldByOther;
+    return false;
+  }
 
   json updated = *current;
   json& new_spec = updated["spec"];
@@ -127,9 +170,13 @@ absl::StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
   }
   auto written = client_->Replace(leases, config_.lease_namespace, config_.lease_name, updated);
   if (!written.ok()) {
-    if (IsConflict(written.status())) return false;  // someone else wrote first: back off, re-GET
+    if (IsConflict(written.status())) {  // someone else wrote first: back off, re-GET
+      attempt->outcome = Outcome::kLostRace;
+      return false;
+    }
     return written.status();
   }
+  attempt->outcome = holder == config_.identity ? Outcome::kRenewed : Outcome::kAcquired;
   {
     absl::MutexLock lock(&mu_);
     observed_spec_ = SpecOf(*written);

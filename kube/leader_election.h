@@ -10,6 +10,8 @@
 //    lost (on_stopped_leading) and Run returns.
 //  - Stop: on a stop request while leading, the Lease is released (holderIdentity cleared,
 //    leaseDurationSeconds=1) so a successor does not wait for expiry; on_stopped_leading runs.
+//  - Every attempt is reported to on_attempt (what was read, when the record was first seen, when it
+//    expires for us, the outcome), so that a takeover can be explained from the logs.
 // Defaults: lease 15 s, renew deadline 10 s, retry 2 s. Time comes from the injectable Clock.
 //
 // Threading: Run blocks its thread; callbacks run on it and must not block (start/stop your
@@ -34,6 +36,24 @@
 
 namespace sluice::kube {
 
+// One acquire-or-renew attempt as this candidate saw it (for logs and tests). Times are on our clock.
+struct LeaderElectionAttempt {
+  enum class Outcome {
+    kAcquired,     // we took the Lease (created it, or took over a released, expired or empty one)
+    kRenewed,      // we held it and renewed it
+    kHeldByOther,  // another holder's record changed less than lease_duration ago (by our observation)
+    kLostRace,     // someone else wrote first (409 on the PUT, or the create found it existing)
+    kError,        // any other failure (in `error`)
+  };
+  absl::Time at;                    // when the Lease was read (the answer to the attempt's GET)
+  Outcome outcome = Outcome::kError;
+  std::string holder;               // holderIdentity we read ("" when released or when there was no Lease)
+  absl::Time observed_change;       // when we first saw the record (spec) we read unchanged
+  absl::Time expires;               // observed_change + lease_duration: from then on the record is stale for us
+  absl::Status error;
+};
+const char* OutcomeName(LeaderElectionAttempt::Outcome outcome);
+
 struct LeaderElectionConfig {
   std::string lease_namespace{};
   std::string lease_name{};
@@ -48,6 +68,8 @@ struct LeaderElectionConfig {
   std::function<void()> on_started_leading{};
   std::function<void()> on_stopped_leading{};
   std::function<void(const std::string& identity)> on_new_leader{};
+  // Called after every attempt (acquiring and renewing), on the Run thread; must not block.
+  std::function<void(const LeaderElectionAttempt&)> on_attempt{};
 };
 
 class LeaderElector {
@@ -69,6 +91,7 @@ class LeaderElector {
   std::string Leader() const;
 
  private:
+  absl::StatusOr<bool> Attempt(LeaderElectionAttempt* attempt);
   void ObserveHolder(const std::string& holder);
   absl::Duration JitteredRetry();
 

@@ -117,7 +117,11 @@ TEST_CASE("a stale lease is taken over only after leaseDuration on our clock - 4
   server.ExpectExchange(FixtureExchange("leases", 2));  // the recorded 409
   auto client = MakeClient(server);
   FakeClock clock;
-  LeaderElector elector(client.get(), Election("operator-1", &clock));
+  const absl::Time t0 = clock.Now();
+  std::vector<LeaderElectionAttempt> attempts;
+  LeaderElectionConfig config = Election("operator-1", &clock);
+  config.on_attempt = [&](const LeaderElectionAttempt& a) { attempts.push_back(a); };
+  LeaderElector elector(client.get(), config);
   auto first = elector.TryAcquireOrRenew();
   REQUIRE(first.ok());
   CHECK_FALSE(*first);  // held by operator-0, just observed
@@ -135,6 +139,19 @@ TEST_CASE("a stale lease is taken over only after leaseDuration on our clock - 4
   CHECK(sent["spec"]["holderIdentity"] == "operator-1");
   CHECK(sent["spec"]["leaseTransitions"] == 1);
   CHECK(sent["spec"]["acquireTime"] == FormatMicroTime(clock.Now()));
+  // Both attempts were reported with what they saw: the record first seen at t0 expires for us at
+  // t0 + 15 s; the first attempt was before that (held), the second after it (tried, lost the race).
+  REQUIRE(attempts.size() == 2);
+  CHECK(attempts[0].outcome == LeaderElectionAttempt::Outcome::kHeldByOther);
+  CHECK(attempts[0].holder == "operator-0");
+  CHECK(attempts[0].at == t0);
+  CHECK(attempts[0].observed_change == t0);
+  CHECK(attempts[0].expires == t0 + absl::Seconds(15));
+  CHECK(attempts[1].outcome == LeaderElectionAttempt::Outcome::kLostRace);
+  CHECK(attempts[1].at == t0 + absl::Seconds(16));
+  CHECK(attempts[1].observed_change == t0);  // the record did not change in between
+  CHECK(attempts[1].expires <= attempts[1].at);
+  CHECK(std::string(OutcomeName(attempts[1].outcome)) == "lost-race");
 }
 
 // A tiny Lease endpoint with optimistic concurrency, so Run() can be exercised end to end.
@@ -214,6 +231,11 @@ TEST_CASE("Run: waits out a live holder / backs off after a 409 / takes over / r
     absl::MutexLock lock(&flags.mu);
     flags.leaders.push_back(id);
   };
+  std::vector<std::string> outcomes;
+  config.on_attempt = [&](const LeaderElectionAttempt& a) {
+    absl::MutexLock lock(&flags.mu);
+    outcomes.push_back(absl::StrCat(OutcomeName(a.outcome), ":", a.holder));
+  };
   LeaderElector elector(client.get(), config);
   absl::Status run_status;
   std::stop_source stop;
@@ -267,6 +289,8 @@ TEST_CASE("Run: waits out a live holder / backs off after a 409 / takes over / r
   absl::MutexLock lock(&flags.mu);
   CHECK(flags.stopped == 1);
   CHECK(flags.leaders == std::vector<std::string>{"other", "me"});
+  // Every attempt was reported: waited, lost the race, took over (from "other"), renewed.
+  CHECK(outcomes == std::vector<std::string>{"held:other", "lost-race:other", "acquired:other", "renewed:me"});
 }
 
 TEST_CASE("Run: a released lease is acquired at once - failing renewals past renewDeadline lose leadership") {

@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "kube/client.h"
 #include "kube/config.h"
+#include "kube/event_recorder.h"
 #include "kube/leader_election.h"
 #include "operator/controller.h"
 #include "operator/dispatcher_drainer.h"
@@ -231,6 +232,17 @@ int main(int argc, char** argv) {
   };
   le.on_new_leader = [&](const std::string& holder) {
     SLUICE_LOG(Info, "leader observed").With("leader", holder).With("self", holder == flags.identity);
+  };
+  // Every acquire/renew attempt at debug level: what was read and when its holder's lease expires by
+  // this replica's own observation (--log-level debug explains a takeover, e.g. in the e2e suite).
+  le.on_attempt = [](const sluice::kube::LeaderElectionAttempt& a) {
+    auto line = SLUICE_LOG(Debug, "lease attempt");
+    line.With("outcome", sluice::kube::OutcomeName(a.outcome))
+        .With("holder", a.holder)
+        .With("at", sluice::kube::FormatMicroTime(a.at))
+        .With("observed_change", sluice::kube::FormatMicroTime(a.observed_change))
+        .With("expires", sluice::kube::FormatMicroTime(a.expires));
+    if (!a.error.ok()) line.With("error", a.error.ToString());
   };
   sluice::kube::LeaderElector elector(client->get(), le);
   if (absl::Status valid = elector.Validate(); !valid.ok()) {
