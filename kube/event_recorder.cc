@@ -48,7 +48,7 @@ absl::Status EventRecorder::Record(const json& regarding_object, EventType type,
   if (regarding_name.empty()) return absl::InvalidArgumentError("event: regarding object has no name");
   if (reason.empty()) return absl::InvalidArgumentError("event: reason is required");
   // The API server limits note to 1 kB.
-  std::string note_text(note.substr(0, 1024));
+  std::string note_text(note.substr(0, kMaxEventNoteBytes));
   std::string event_ns = regarding_ns.empty() ? "default" : regarding_ns;
   absl::Time now = options_.clock->Now();
   // The note enters the de-duplication key as a 64-bit hash: notes can be long and the cache large.

@@ -34,6 +34,9 @@ struct EventRecorderOptions {
   Clock* clock = Clock::Real();
 };
 
+// Notes longer than this are cut (the API server rejects longer events.k8s.io/v1 notes).
+inline constexpr size_t kMaxEventNoteBytes = 1024;
+
 // "2026-11-22T00:00:00.000000Z" (meta/v1 MicroTime).
 std::string FormatMicroTime(absl::Time t);
 // {apiVersion, kind, namespace, name, uid, resourceVersion} of `object` (empty fields omitted).

@@ -12,12 +12,15 @@
 #include "kube/finalizer.h"
 #include "kube/packed_object.h"
 #include "kube/resource.h"
+#include "operator/event_notes.h"
 #include "operator/manifests.h"
 
 namespace sluice::op {
 namespace {
 
 using json = nlohmann::json;
+
+static_assert(kMaxEventNoteBytes == kube::kMaxEventNoteBytes, "event notes are split where the recorder cuts them");
 
 constexpr char kIndexControllerUid[] = "controller-uid";
 constexpr char kIndexNamespace[] = "namespace";
@@ -395,16 +398,11 @@ absl::Status DataServiceController::Execute(const std::string& key, const json& 
     if (first_error.ok()) first_error = s;
   };
   // Events announcing successful object actions are merged per (type, reason, action): one Event
-  // for "deleted 3 worker pods" rather than three.
+  // for "deleted remote worker pods ds-worker-remote-[3-5]" rather than three (RenderEvents; split
+  // into several only when one note would be too long, so every pod stays named).
   std::vector<EmitEvent> announced;
   auto announce = [&](const EmitEvent& e) {
     if (e.reason.empty()) return;  // announced by another event of the pass (ScalingUp)
-    for (EmitEvent& a : announced) {
-      if (a.type == e.type && a.reason == e.reason && a.action == e.action) {
-        absl::StrAppend(&a.note, "; ", e.note);
-        return;
-      }
-    }
     announced.push_back(e);
   };
   bool objects_changed = false;  // a create or delete went through: its watch event brings a new pass
@@ -463,7 +461,7 @@ absl::Status DataServiceController::Execute(const std::string& key, const json& 
     } else if (const auto* s = std::get_if<UpdateStatus>(&action)) {
       status_update = s;  // written last, once we know what else this pass changed
     } else if (const auto* e = std::get_if<EmitEvent>(&action)) {
-      Emit(dataservice, *e);
+      for (const EmitEvent& rendered : RenderEvents({*e})) Emit(dataservice, rendered);
     } else if (const auto* af = std::get_if<AddFinalizer>(&action)) {
       // Guarded by a test of the current list (null when absent), as kube::AddFinalizer does.
       absl::StatusOr<json> r = kube::AddFinalizer(*client_, DataServices(), dataservice, af->finalizer);
@@ -475,7 +473,7 @@ absl::Status DataServiceController::Execute(const std::string& key, const json& 
       RunDrainRound(key, *drain);
     }
   }
-  for (const EmitEvent& e : announced) Emit(dataservice, e);
+  for (const EmitEvent& e : RenderEvents(announced)) Emit(dataservice, e);
 
   if (status_update != nullptr) {
     // Status coalescing. The status was computed from the caches before this pass's creates and

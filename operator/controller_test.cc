@@ -22,7 +22,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "kube/apply.h"
 #include "kube/client.h"
@@ -331,6 +333,96 @@ TEST_CASE("a worker name taken by a pod the DataService does not control: report
     return controller_ref.has_value() && controller_ref->value("kind", "") == "DataService";
   };
   CHECK(WaitFor(ours, absl::Seconds(60)));
+  controller.Stop();
+}
+
+// The pod names an Event note mentions, with "prefix[a-b,c]" ranges expanded.
+std::set<std::string> NamesIn(const std::string& note, const std::string& prefix) {
+  std::set<std::string> out;
+  for (size_t at = note.find(prefix); at != std::string::npos; at = note.find(prefix, at + 1)) {
+    size_t pos = at + prefix.size();
+    if (pos < note.size() && note[pos] == '[') {
+      size_t close = note.find(']', pos);
+      REQUIRE(close != std::string::npos);
+      for (absl::string_view part : absl::StrSplit(note.substr(pos + 1, close - pos - 1), ',')) {
+        std::vector<std::string> bounds = absl::StrSplit(part, '-');
+        int lo = 0, hi = 0;
+        REQUIRE(absl::SimpleAtoi(bounds[0], &lo));
+        REQUIRE(absl::SimpleAtoi(bounds.back(), &hi));
+        for (int n = lo; n <= hi; ++n) out.insert(absl::StrCat(prefix, n));
+      }
+    } else {
+      size_t end = pos;
+      while (end < note.size() && note[end] >= '0' && note[end] <= '9') ++end;
+      if (end > pos) out.insert(note.substr(at, end - at));
+    }
+  }
+  return out;
+}
+
+TEST_CASE("every worker created or deleted is named in an Event, a few Events for many pods",
+          "[controller][integration][events]") {
+  ClusterWithCrd cluster;
+  kube::Client& client = *cluster.client;
+  json ds = json::parse(R"js({"apiVersion": "sluice.dev/v1alpha1", "kind": "DataService",
+      "metadata": {"name": "ds", "namespace": "ml"},
+      "spec": {"dispatcher": {"image": "sluice-dispatcher:dev"},
+               "workers": {"image": "sluice-worker:dev", "replicas": 40, "maxReplicas": 100},
+               "placement": {"policy": "RemoteOnly"}}})js");
+  REQUIRE(client.Create(DataServices(), "ml", ds).ok());
+  OperatorOptions options;
+  options.workers = 1;
+  options.log = [](absl::string_view) {};
+  options.resync_period = absl::Hours(1);
+  DataServiceController controller(&client, options);
+  REQUIRE(controller.Start(absl::Seconds(30)).ok());
+  auto live_workers = [&]() {
+    kube::ListOptions opts;
+    opts.label_selector = "sluice.dev/dataservice=ds,sluice.dev/role=worker";
+    absl::StatusOr<json> list = client.List(kube::resources::Pods(), "ml", opts);
+    std::set<std::string> names;
+    if (!list.ok()) return names;
+    for (const json& p : (*list)["items"]) {
+      if (!p["metadata"].contains("deletionTimestamp")) names.insert(p["metadata"]["name"].get<std::string>());
+    }
+    return names;
+  };
+  auto events = [&](const std::string& reason) {
+    std::vector<std::string> notes;
+    absl::StatusOr<json> list = client.List(kube::resources::Events(), "ml");
+    if (!list.ok()) return notes;
+    for (const json& e : (*list)["items"]) {
+      if (e.value("reason", "") == reason) notes.push_back(e.value("note", ""));
+    }
+    return notes;
+  };
+  std::set<std::string> all;
+  for (int i = 0; i < 40; ++i) all.insert(absl::StrCat("ds-worker-remote-", i));
+  REQUIRE(WaitFor([&] { return live_workers() == all; }));
+  // One ScalingUp Event names all 40 (as a range), not 40 CreatedWorker Events.
+  REQUIRE(WaitFor([&] { return !events("ScalingUp").empty(); }));
+  std::vector<std::string> up = events("ScalingUp");
+  REQUIRE(up.size() == 1);
+  CHECK(up[0] == "workers 0 -> 40 (local 0 -> 0, remote 0 -> 40); creating ds-worker-remote-[0-39]");
+  CHECK(events("CreatedWorker").empty());
+
+  // Every other pod is deleted by name: one DeletedWorker Event names the 20 of them.
+  json victims = json::array();
+  std::set<std::string> kept = all, deleted;
+  for (int i = 0; i < 40; i += 2) {
+    std::string name = absl::StrCat("ds-worker-remote-", i);
+    victims.push_back(name);
+    kept.erase(name);
+    deleted.insert(name);
+  }
+  REQUIRE(client.Patch(DataServices(), "ml", "ds", kube::PatchType::kMerge,
+                       json{{"spec", {{"workers", {{"replicas", 20}, {"workersToDelete", victims}}}}}}).ok());
+  REQUIRE(WaitFor([&] { return live_workers() == kept && !events("DeletedWorker").empty(); }));
+  std::vector<std::string> down = events("DeletedWorker");
+  REQUIRE(down.size() == 1);
+  INFO(down[0]);
+  CHECK(NamesIn(down[0], "ds-worker-remote-") == deleted);
+  CHECK(absl::StartsWith(down[0], "deleted remote worker pods ds-worker-remote-[0,2,4,"));
   controller.Stop();
 }
 

@@ -504,7 +504,8 @@ std::vector<FieldError> ValidateDataService(const DataService& ds) {
   if (w.termination_grace_period_seconds < 0) {
     errors.push_back({"spec.workers.terminationGracePeriodSeconds", "must not be negative"});
   }
-  ValidateExtraArgs(w.extra_args, {"dispatcher_address", "port", "metrics_port", "placement", "worker_address", "dataservice"},
+  ValidateExtraArgs(w.extra_args,
+                    {"dispatcher_address", "port", "metrics_port", "placement", "worker_address", "host", "dataservice"},
                     "spec.workers.extraArgs", &errors);
 
   // Placement.

@@ -312,7 +312,8 @@ TEST_CASE("semantic validation names the field", "[types][validate]") {
   }
   SECTION("flags the operator manages cannot be overridden") {
     DataService ds = *parsed;
-    ds.spec.workers.extra_args = {"--threads=2", "--port=1", "-dispatcher_address=x", "verbose"};
+    ds.spec.workers.extra_args = {"--threads=2", "--port=1", "-dispatcher_address=x", "verbose", "--host=elsewhere",
+                                  "--listen_host=0.0.0.0"};
     ds.spec.dispatcher.extra_args = {"--journal_dir=/tmp", "--dataservice=other"};
     auto errors = ValidateDataService(ds);
     INFO(Fields(errors));
@@ -320,6 +321,8 @@ TEST_CASE("semantic validation names the field", "[types][validate]") {
     CHECK(HasError(errors, "spec.workers.extraArgs[1]"));
     CHECK(HasError(errors, "spec.workers.extraArgs[2]"));
     CHECK(HasError(errors, "spec.workers.extraArgs[3]"));
+    CHECK(HasError(errors, "spec.workers.extraArgs[4]"));  // --host is the pod's node (locality)
+    CHECK_FALSE(HasError(errors, "spec.workers.extraArgs[5]"));
     CHECK(HasError(errors, "spec.dispatcher.extraArgs[0]"));
     CHECK(HasError(errors, "spec.dispatcher.extraArgs[1]"));
   }

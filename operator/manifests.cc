@@ -68,7 +68,9 @@ json WorkerPodSpec(const DataService& ds, Pool pool, const std::string& node) {
   json args = json::array({absl::StrCat("--dispatcher_address=", address), absl::StrCat("--port=", w.port),
                            absl::StrCat("--metrics_port=", w.metrics_port), absl::StrCat("--placement=", PoolName(pool)),
                            absl::StrCat("--worker_address=$(POD_IP):", w.port),
-                           absl::StrCat("--dataservice=", ds.metadata.name)});
+                           // The node is the worker's host for locality: clients on the same node
+                           // (trainers with SLUICE_CLIENT_HOST from spec.nodeName) read it as local.
+                           "--host=$(NODE_NAME)", absl::StrCat("--dataservice=", ds.metadata.name)});
   for (const std::string& a : w.extra_args) args.push_back(a);
   json container = {
       {"name", "worker"},

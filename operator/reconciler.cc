@@ -22,8 +22,9 @@ struct WorkerPod {
   bool up_to_date = false;
 };
 
-EmitEvent Event(std::string type, std::string reason, std::string action, std::string note) {
-  return EmitEvent{std::move(type), std::move(reason), std::move(action), std::move(note)};
+EmitEvent Event(std::string type, std::string reason, std::string action, std::string note,
+                std::vector<std::string> names = {}) {
+  return EmitEvent{std::move(type), std::move(reason), std::move(action), std::move(note), std::move(names)};
 }
 
 bool OwnedBy(const std::string& controller_uid, const ObjectMeta& meta) { return controller_uid == meta.uid; }
@@ -80,9 +81,11 @@ bool ConditionIs(const DataServiceStatus& status, const std::string& type, const
   return c != nullptr && c->status == value && c->reason == reason;
 }
 
-// Scale-down order: not-ready before ready, outdated before up-to-date, newest before oldest.
+// Scale-down order: not-ready before ready (either pool), remote before local, outdated before
+// up-to-date, newest before oldest.
 bool DeleteFirst(const WorkerPod& a, const WorkerPod& b) {
   if (a.pod->ready != b.pod->ready) return !a.pod->ready;
+  if (a.pool != b.pool) return a.pool == Pool::kRemote;
   if (a.up_to_date != b.up_to_date) return !a.up_to_date;
   absl::Time ta = a.pod->creation_timestamp.value_or(absl::InfiniteFuture());
   absl::Time tb = b.pod->creation_timestamp.value_or(absl::InfiniteFuture());
@@ -401,8 +404,8 @@ void Planner::Delete(const WorkerPod& w, const std::string& reason, std::set<std
   deleted->insert(w.pod->name);
   object_actions_.push_back(DeleteObject{
       "Pod", w.pod->name, w.pod->uid, reason,
-      Event("Normal", "DeletedWorker", "Delete",
-            absl::StrCat("deleted ", PoolName(w.pool), " worker pod ", w.pod->name, ": ", reason))});
+      Event("Normal", "DeletedWorker", "Delete", absl::StrCat("deleted ", PoolName(w.pool), " worker pod{s} {}: ", reason),
+            {w.pod->name})});
 }
 
 std::string Planner::FreeName(Pool pool) {
@@ -475,7 +478,34 @@ void Planner::PlanWorkers() {
              &deleted);
     }
   }
-  // 4. Scale down each pool to its target.
+  // 4. Scale down. When there are more workers than planned, the surplus is picked across both
+  //    pools in the order not-ready (either pool), remote, outdated, newest (DeleteFirst). A ready
+  //    pod is only picked from a pool above its target: taking it from a pool at its target would
+  //    only make step 6 create a replacement there. A not-ready pod is picked even from a pool at
+  //    its target; the replacement (step 6) and the trim below happen in this same pass, so the
+  //    next pass finds the total and both pools on target and does nothing — no oscillation.
+  {
+    std::vector<WorkerPod> pods = remaining(std::nullopt);
+    const int64_t desired_total = plan.desired_local + plan.desired_remote;
+    int64_t excess = static_cast<int64_t>(pods.size()) - desired_total;
+    if (excess > 0) {
+      std::sort(pods.begin(), pods.end(), DeleteFirst);
+      std::map<Pool, int64_t> left{{Pool::kLocal, static_cast<int64_t>(remaining(Pool::kLocal).size())},
+                                   {Pool::kRemote, static_cast<int64_t>(remaining(Pool::kRemote).size())}};
+      for (const WorkerPod& w : pods) {
+        if (excess == 0) break;
+        const int64_t target = w.pool == Pool::kLocal ? plan.desired_local : plan.desired_remote;
+        if (w.pod->ready && left[w.pool] <= target) continue;
+        Delete(w,
+               absl::StrCat("scaling down to ", desired_total, w.pod->ready ? " workers" : " workers (not ready: first to go)"),
+               &deleted);
+        --left[w.pool];
+        --excess;
+      }
+    }
+  }
+  //    Then each pool is trimmed to its target (Hybrid moving workers between the pools: the
+  //    deletes here and the creates of step 6 balance, so the total stays).
   for (auto [pool, target] : {std::pair<Pool, int64_t>{Pool::kLocal, plan.desired_local},
                               std::pair<Pool, int64_t>{Pool::kRemote, plan.desired_remote}}) {
     std::vector<WorkerPod> pods = remaining(pool);
@@ -534,7 +564,7 @@ void Planner::PlanWorkers() {
       creates.push_back(CreateObject{
           "Pod", name, BuildWorkerPod(ds_, Pool::kLocal, ordinal, best->node),
           Event("Normal", "CreatedWorker", "Create",
-                absl::StrCat("created local worker pod ", name, " on consumer node ", best->node))});
+                absl::StrCat("created local worker pod{s} {} on consumer node ", best->node), {name})});
     }
   }
   {
@@ -543,27 +573,28 @@ void Planner::PlanWorkers() {
       std::string name = FreeName(Pool::kRemote);
       int64_t ordinal = ParseWorkerPodName(ds_, name)->second;
       creates.push_back(CreateObject{"Pod", name, BuildWorkerPod(ds_, Pool::kRemote, ordinal, ""),
-                                     Event("Normal", "CreatedWorker", "Create",
-                                           absl::StrCat("created remote worker pod ", name))});
+                                     Event("Normal", "CreatedWorker", "Create", "created remote worker pod{s} {}", {name})});
     }
   }
   // The scale event precedes the pod actions it explains. When it announces a scale-up it names the
-  // pods created, and those creates carry no event of their own (one event instead of one per pod).
+  // pods created (as ordinal ranges, split over several events if one note would be too long), and
+  // those creates carry no event of their own (one write instead of one per pod).
   const int64_t after_total = plan.desired_local + plan.desired_remote;
   if (after_total != before_total) {
     std::string note = absl::StrCat("workers ", before_total, " -> ", after_total, " (local ", before_local, " -> ",
                                     plan.desired_local, ", remote ", before_total - before_local, " -> ",
                                     plan.desired_remote, ")");
+    std::vector<std::string> names;
     if (after_total > before_total && !creates.empty()) {
-      std::vector<std::string> names;
       for (Action& a : creates) {
         auto& c = std::get<CreateObject>(a);
         names.push_back(c.name);
         c.event = EmitEvent{};
       }
-      absl::StrAppend(&note, "; creating ", absl::StrJoin(names, ", "));
+      absl::StrAppend(&note, "; creating {}");
     }
-    result_.actions.push_back(Event("Normal", after_total > before_total ? "ScalingUp" : "ScalingDown", "Scale", note));
+    result_.actions.push_back(
+        Event("Normal", after_total > before_total ? "ScalingUp" : "ScalingDown", "Scale", note, std::move(names)));
   }
   for (Action& a : creates) object_actions_.push_back(std::move(a));
 }

@@ -32,12 +32,15 @@ namespace sluice::op {
 // and carries on past a failure. An object action carries the event that announces it; the
 // controller emits that event only when the API call succeeded (and a Warning event when it failed).
 
-// An events.k8s.io/v1 Event regarding the DataService.
+// An events.k8s.io/v1 Event regarding the DataService. With `names`, `note` is a template: "{}"
+// stands for the names compacted into ordinal ranges and "{s}" for a plural "s" (see
+// operator/event_notes.h, which also merges events and splits notes that would be too long).
 struct EmitEvent {
   std::string type;    // Normal | Warning
   std::string reason;  // CamelCase, e.g. CreatedWorker
   std::string action;  // CamelCase verb, e.g. Create
   std::string note;
+  std::vector<std::string> names = {};  // the objects the note names
 };
 
 // Create `manifest` (kind Pod, Service or PersistentVolumeClaim) in the DataService's namespace.

@@ -9,7 +9,10 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "operator/event_notes.h"
 #include "operator/manifests.h"
 
 namespace sluice::op {
@@ -362,12 +365,18 @@ TEST_CASE("a new DataService gets its dispatcher, service and remote workers", "
     CHECK(Arg(pod, "--port") == "5051");
     CHECK(Arg(pod, "--metrics_port") == "8091");
     CHECK(Arg(pod, "--worker_address") == "$(POD_IP):5051");
+    // The worker's host for locality is its node (Kubernetes expands $(NODE_NAME) from the env var
+    // below), the same value trainers set in SLUICE_CLIENT_HOST from spec.nodeName.
+    CHECK(Arg(pod, "--host") == "$(NODE_NAME)");
     CHECK(Arg(pod, "--dataservice") == "ds");
     bool has_pod_ip = false;
+    bool has_node_name = false;
     for (const json& e : ctr["env"]) {
       if (e["name"] == "POD_IP") has_pod_ip = e["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP";
+      if (e["name"] == "NODE_NAME") has_node_name = e["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName";
     }
     CHECK(has_pod_ip);
+    CHECK(has_node_name);
     CHECK(ctr["resources"]["requests"]["cpu"] == "2");
     CHECK(ctr["readinessProbe"]["httpGet"]["port"] == 8091);
     CHECK(pod["metadata"]["labels"]["sluice.dev/role"] == "worker");
@@ -389,8 +398,7 @@ TEST_CASE("a new DataService gets its dispatcher, service and remote workers", "
     }
     const EmitEvent* scale = FindEvent(r, "ScalingUp");
     REQUIRE(scale != nullptr);
-    CHECK(scale->note ==
-          "workers 0 -> 2 (local 0 -> 0, remote 0 -> 2); creating ds-worker-remote-0, ds-worker-remote-1");
+    CHECK(RenderNote(*scale) == "workers 0 -> 2 (local 0 -> 0, remote 0 -> 2); creating ds-worker-remote-[0,1]");
   }
   SECTION("status reports address, selector, counts and not-ready conditions") {
     std::optional<json> st = StatusUpdate(r);
@@ -585,9 +593,8 @@ TEST_CASE("Hybrid fills local capacity first, then remote", "[reconciler][placem
     CHECK(pod["spec"]["nodeSelector"] == json({{"pool", "cpu"}}));
     CHECK(pod["spec"]["tolerations"][0]["key"] == "spot");
     CHECK_FALSE(pod["spec"].contains("affinity"));
-    CHECK(FindEvent(r2, "ScalingUp")->note ==
-          "workers 5 -> 8 (local 5 -> 5, remote 0 -> 3); creating ds-worker-remote-0, ds-worker-remote-1, "
-          "ds-worker-remote-2");
+    CHECK(RenderNote(*FindEvent(r2, "ScalingUp")) ==
+          "workers 5 -> 8 (local 5 -> 5, remote 0 -> 3); creating ds-worker-remote-[0-2]");
   }
   SECTION("a converged service stays put: its own workers do not eat its capacity") {
     c.SetAllReady();
@@ -736,13 +743,11 @@ TEST_CASE("Hybrid without workers.local: workersToDelete naming a local pod dele
   CHECK(absl::StartsWith(Created(r3)[0], "ds-worker-local-"));
 }
 
-// The order within a pool is: not ready, outdated, newest. Across pools the per-pool targets come
-// first (Hybrid keeps local capacity filled), so a shrinking Hybrid service loses remote pods before
-// local ones even when a local pod is not ready: deleting that one instead would be followed by
-// deleting a remote pod and creating a local one to restore the split.
-TEST_CASE("default scale-down order: remote pool first (per-pool targets), then within a pool not ready, then newest",
-          "[reconciler][scaledown]") {
-  FakeCluster c(HybridDataService(6));
+// The default scale-down order (no workersToDelete): not-ready pods of either pool first, then remote
+// before local, then (outdated before up-to-date) newest first. A ready pod is taken only from a pool
+// above its target; a not-ready pod goes even from a pool at its target, and the pool is refilled in
+// the same pass.
+void GrowHybridTo6(FakeCluster& c) {
   c.nodes() = {GpuNode("gpu-1", 32000)};
   c.consumers() = {Trainer("t1", "gpu-1", 20000)};  // room for 3 local
   for (int i = 0; i < 8; ++i) {  // workers created over time: later ordinals are newer
@@ -753,26 +758,223 @@ TEST_CASE("default scale-down order: remote pool first (per-pool targets), then 
   }
   REQUIRE(c.LivePods("ds-worker-local-").size() == 3);
   REQUIRE(c.LivePods("ds-worker-remote-").size() == 3);
+}
+
+TEST_CASE("default scale-down order: not ready (either pool), then remote, then newest", "[reconciler][scaledown]") {
+  FakeCluster c(HybridDataService(6));
+  GrowHybridTo6(c);
   c.SetReady("ds-worker-remote-0", false);
   c.SetReady("ds-worker-local-1", false);
   // Make remote-1 the newest of the remotes.
   c.pods()["ds-worker-remote-1"]["metadata"]["creationTimestamp"] = FormatKubeTime(c.now);
 
-  SECTION("shrinking by two removes remote pods: the not-ready one, then the newest") {
+  SECTION("shrinking by one removes the not-ready remote pod (remote before local among the not ready)") {
+    c.ds()["spec"]["workers"]["replicas"] = 5;
+    ReconcileResult r = c.Step();
+    CHECK(Deleted(r) == std::vector<std::string>{"ds-worker-remote-0"});
+    CHECK(Created(r).empty());
+  }
+  SECTION("shrinking by two removes both not-ready pods; the local pool is refilled in the same pass") {
     c.ds()["spec"]["workers"]["replicas"] = 4;
     ReconcileResult r = c.Step();
-    CHECK(Deleted(r) == std::vector<std::string>{"ds-worker-remote-0", "ds-worker-remote-1"});
+    // Not ready first: remote-0 and local-1. Hybrid keeps local capacity filled (3 local, 1 remote),
+    // so the remote pool is trimmed to one (the newest, remote-1, goes) and a local pod replaces local-1.
+    CHECK(Deleted(r) == std::vector<std::string>{"ds-worker-remote-0", "ds-worker-local-1", "ds-worker-remote-1"});
+    CHECK(Created(r) == std::vector<std::string>{"ds-worker-local-3"});
+    const EmitEvent* scale = FindEvent(r, "ScalingDown");
+    REQUIRE(scale != nullptr);
+    CHECK(RenderNote(*scale) == "workers 6 -> 4 (local 3 -> 3, remote 3 -> 1)");
+    std::vector<std::string> notes;
+    std::vector<EmitEvent> announcing;
+    for (const DeleteObject& d : All<DeleteObject>(r)) announcing.push_back(d.event);
+    for (const EmitEvent& e : RenderEvents(announcing)) notes.push_back(e.note);
+    CHECK(notes == std::vector<std::string>{
+                       "deleted remote worker pod ds-worker-remote-0: scaling down to 4 workers (not ready: first to "
+                       "go); deleted local worker pod ds-worker-local-1: scaling down to 4 workers (not ready: first "
+                       "to go); deleted remote worker pod ds-worker-remote-1: scaling the remote workers down to 1"});
+
+    // Converged: the next passes change nothing, while the new local pod is still not ready and after.
+    c.FinishTerminations();
+    for (int i = 0; i < 3; ++i) {
+      c.now += absl::Seconds(10);
+      ReconcileResult next = c.Step();
+      CHECK(Deleted(next).empty());
+      CHECK(Created(next).empty());
+    }
+    c.SetAllReady();
+    ReconcileResult ready = c.Step();
+    CHECK(Deleted(ready).empty());
+    CHECK(Created(ready).empty());
+    CHECK(c.LivePods("ds-worker-local-").size() == 3);
+    CHECK(c.LivePods("ds-worker-remote-") == std::vector<std::string>{"ds-worker-remote-2"});
   }
-  SECTION("shrinking into the local pool removes its not-ready pod first") {
+  SECTION("shrinking into the local pool: the not-ready pods, then every remote one") {
+    c.ds()["spec"]["workers"]["replicas"] = 2;
+    ReconcileResult r = c.Step();
+    CHECK(Deleted(r) == std::vector<std::string>{"ds-worker-remote-0", "ds-worker-local-1", "ds-worker-remote-1",
+                                                 "ds-worker-remote-2"});
+    CHECK(Created(r).empty());
+    c.FinishTerminations();
+    c.SetAllReady();
+    c.now += absl::Seconds(10);
+    ReconcileResult next = c.Step();
+    CHECK(Deleted(next).empty());
+    CHECK(Created(next).empty());
+  }
+}
+
+TEST_CASE("default scale-down order with every pod ready: remote, then newest", "[reconciler][scaledown]") {
+  FakeCluster c(HybridDataService(6));
+  GrowHybridTo6(c);
+  c.pods()["ds-worker-remote-0"]["metadata"]["creationTimestamp"] = FormatKubeTime(c.now);  // the newest
+
+  SECTION("within the remote pool the newest go first") {
+    c.ds()["spec"]["workers"]["replicas"] = 4;
+    ReconcileResult r = c.Step();
+    CHECK(Deleted(r) == std::vector<std::string>{"ds-worker-remote-0", "ds-worker-remote-2"});
+    CHECK(Created(r).empty());
+  }
+  SECTION("past the remote pool, the newest local pods") {
+    c.pods()["ds-worker-local-0"]["metadata"]["creationTimestamp"] = FormatKubeTime(c.now);
     c.ds()["spec"]["workers"]["replicas"] = 2;
     ReconcileResult r = c.Step();
     std::vector<std::string> deleted = Deleted(r);
     CHECK(deleted.size() == 4);
-    CHECK(Contains(deleted, "ds-worker-local-1"));
-    CHECK(Contains(deleted, "ds-worker-remote-0"));
-    CHECK(Contains(deleted, "ds-worker-remote-1"));
-    CHECK(Contains(deleted, "ds-worker-remote-2"));
+    for (const char* name : {"ds-worker-remote-0", "ds-worker-remote-1", "ds-worker-remote-2",
+                            "ds-worker-local-0"}) {
+      CHECK(Contains(deleted, name));
+    }
   }
+}
+
+TEST_CASE("RemoteOnly scale-down: not ready first, then newest", "[reconciler][scaledown]") {
+  json o = BaseDataService();
+  o["spec"]["workers"]["replicas"] = 4;
+  FakeCluster c(o);
+  c.Converge();
+  REQUIRE(c.LivePods().size() == 4);
+  c.SetReady("ds-worker-remote-1", false);
+  c.pods()["ds-worker-remote-0"]["metadata"]["creationTimestamp"] = FormatKubeTime(c.now);  // the newest
+  c.ds()["spec"]["workers"]["replicas"] = 2;
+  ReconcileResult r = c.Step();
+  CHECK(Deleted(r) == std::vector<std::string>{"ds-worker-remote-1", "ds-worker-remote-0"});
+  CHECK(Created(r).empty());
+}
+
+TEST_CASE("a ready pod is not taken from a pool at its target (the explicit split holds)", "[reconciler][scaledown]") {
+  json o = HybridDataService(4);
+  o["spec"]["workers"]["local"] = 3;
+  FakeCluster c(o);
+  c.nodes() = {GpuNode("gpu-1", 32000)};
+  c.consumers() = {Trainer("t1", "gpu-1", 8000)};  // room for 6
+  c.Converge();
+  REQUIRE(c.LivePods("ds-worker-local-").size() == 3);
+  REQUIRE(c.LivePods("ds-worker-remote-") == std::vector<std::string>{"ds-worker-remote-0"});
+  // The autoscaler shrinks by one and moves the split to 1 local, 2 remote. Remote comes first in the
+  // order, but the remote pool is below its new target: deleting its pod would only recreate it.
+  c.ds()["spec"]["workers"]["replicas"] = 3;
+  c.ds()["spec"]["workers"]["local"] = 1;
+  ReconcileResult r = c.Step();
+  std::vector<std::string> deleted = Deleted(r);
+  CHECK(deleted.size() == 2);
+  for (const std::string& name : deleted) CHECK(absl::StartsWith(name, "ds-worker-local-"));
+  CHECK(Created(r) == std::vector<std::string>{"ds-worker-remote-1"});
+  c.FinishTerminations();
+  c.SetAllReady();
+  c.now += absl::Seconds(10);
+  ReconcileResult next = c.Step();
+  CHECK(Deleted(next).empty());
+  CHECK(Created(next).empty());
+}
+
+// ---- events naming pods ----
+
+// The pod names a rendered note mentions, with "prefix[a-b,c]" ranges expanded.
+std::set<std::string> NamesIn(const std::string& note, const std::string& prefix) {
+  std::set<std::string> out;
+  for (size_t at = note.find(prefix); at != std::string::npos; at = note.find(prefix, at + 1)) {
+    size_t pos = at + prefix.size();
+    if (pos < note.size() && note[pos] == '[') {
+      size_t close = note.find(']', pos);
+      REQUIRE(close != std::string::npos);
+      for (absl::string_view part : absl::StrSplit(note.substr(pos + 1, close - pos - 1), ',')) {
+        std::vector<std::string> bounds = absl::StrSplit(part, '-');
+        int64_t lo = 0, hi = 0;
+        REQUIRE(absl::SimpleAtoi(bounds[0], &lo));
+        REQUIRE(absl::SimpleAtoi(bounds.back(), &hi));
+        for (int64_t n = lo; n <= hi; ++n) out.insert(absl::StrCat(prefix, n));
+      }
+    } else {
+      size_t end = pos;
+      while (end < note.size() && std::isdigit(static_cast<unsigned char>(note[end]))) ++end;
+      if (end > pos) out.insert(note.substr(at, end - at));
+    }
+  }
+  return out;
+}
+
+TEST_CASE("pod names are compacted into ordinal ranges", "[events]") {
+  CHECK(CompactNames({}) == "");
+  CHECK(CompactNames({"ds-worker-remote-3"}) == "ds-worker-remote-3");
+  CHECK(CompactNames({"ds-worker-remote-4", "ds-worker-remote-3", "ds-worker-remote-5", "ds-worker-remote-9",
+                      "ds-worker-remote-10", "ds-worker-remote-3"}) == "ds-worker-remote-[3-5,9,10]");
+  CHECK(CompactNames({"ds-worker-remote-0", "ds-worker-local-2", "ds-worker-remote-1", "ds-dispatcher",
+                      "ds-worker-local-007"}) ==
+        "ds-worker-remote-[0,1], ds-worker-local-2, ds-dispatcher, ds-worker-local-007");
+  EmitEvent one{"Normal", "DeletedWorker", "Delete", "deleted remote worker pod{s} {}: gone", {"ds-worker-remote-1"}};
+  CHECK(RenderNote(one) == "deleted remote worker pod ds-worker-remote-1: gone");
+  one.names.push_back("ds-worker-remote-2");
+  CHECK(RenderNote(one) == "deleted remote worker pods ds-worker-remote-[1,2]: gone");
+}
+
+TEST_CASE("a big scale-up names every pod it creates in one short event", "[events][reconciler]") {
+  json o = BaseDataService();
+  o["spec"]["workers"]["replicas"] = 40;
+  o["spec"]["workers"]["maxReplicas"] = 100;
+  FakeCluster c(o);
+  ReconcileResult r = c.Step();
+  REQUIRE(Created(r).size() == 41);
+  const EmitEvent* scale = FindEvent(r, "ScalingUp");
+  REQUIRE(scale != nullptr);
+  std::vector<EmitEvent> rendered = RenderEvents({*scale});
+  REQUIRE(rendered.size() == 1);
+  CHECK(rendered[0].note == "workers 0 -> 40 (local 0 -> 0, remote 0 -> 40); creating ds-worker-remote-[0-39]");
+}
+
+TEST_CASE("events that would overflow a note are split so that every pod stays named", "[events]") {
+  // 600 deletions with every other ordinal (no ranges to compact), for two different reasons, plus a
+  // replacement create: far more than one 1024-byte note holds.
+  std::vector<EmitEvent> events;
+  std::set<std::string> deleted;
+  for (int i = 0; i < 1200; i += 2) {
+    std::string name = absl::StrCat("ds-worker-remote-", i);
+    deleted.insert(name);
+    std::string why = i < 600 ? "scaling down to 10 workers" : "listed in spec.workers.workersToDelete";
+    events.push_back(EmitEvent{"Normal", "DeletedWorker", "Delete", "deleted remote worker pod{s} {}: " + why, {name}});
+  }
+  events.push_back(EmitEvent{"Normal", "CreatedWorker", "Create", "created remote worker pod{s} {}", {"ds-worker-remote-1"}});
+  std::vector<EmitEvent> rendered = RenderEvents(events);
+  std::set<std::string> named;
+  int deleted_events = 0;
+  for (const EmitEvent& e : rendered) {
+    INFO(e.note);
+    CHECK(e.note.size() <= kMaxEventNoteBytes);
+    CHECK(e.names.empty());
+    CHECK(e.note.find("{}") == std::string::npos);
+    if (e.reason == "DeletedWorker") {
+      ++deleted_events;
+      for (const std::string& n : NamesIn(e.note, "ds-worker-remote-")) {
+        CHECK(named.insert(n).second);  // each pod named once
+      }
+    } else {
+      CHECK(e.note == "created remote worker pod ds-worker-remote-1");
+    }
+  }
+  CHECK(named == deleted);
+  // Packed, not one event per pod: 600 names of 3-4 digits take a handful of notes.
+  CHECK(deleted_events >= 3);
+  CHECK(deleted_events <= 6);
+  CHECK(rendered.back().reason == "CreatedWorker");  // the order of first appearance is kept
 }
 
 TEST_CASE("expectations stop a stale cache from doubling pods", "[reconciler][expectations]") {
@@ -1332,7 +1534,7 @@ TEST_CASE("selectors and tolerations follow Kubernetes semantics", "[observed]")
 namespace sluice::op {
 namespace {
 
-TEST_CASE("status changes: conditions, generation and identity are significant; counts are not", "[reconciler][status]") {
+TEST_CASE("status changes: conditions, generation and identity are significant, counts are not", "[reconciler][status]") {
   DataServiceStatus before;
   before.observed_generation = 2;
   before.selector = "s";
