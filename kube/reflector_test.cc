@@ -2,10 +2,15 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+#include <iostream>
+#include <set>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "kube/errors.h"
 #include "kube/workqueue.h"
 #include "kube/testing/fixture_server.h"
@@ -309,21 +314,98 @@ TEST_CASE("reflector falls back to a consistent list when resourceVersion=0 fail
   CHECK(store.size() == 1);
 }
 
+// Stop() on another thread; true if it returned before `deadline` (a Stop that does not interrupt
+// what the reflector is blocked in never returns: the fake clock is never advanced and the held
+// stream never ends, so this cannot pass by waiting longer).
+bool StopsBefore(Reflector& reflector, absl::Duration deadline) {
+  absl::Notification stopped;
+  std::thread stopper([&] {
+    reflector.Stop();
+    stopped.Notify();
+  });
+  if (!stopped.WaitForNotificationWithTimeout(deadline)) {
+    // The reflector's thread is stuck and Stop() is blocked joining it: nothing can be cleaned up.
+    std::cerr << "FAILED: Reflector::Stop() did not return within " << absl::FormatDuration(deadline) << "\n";
+    std::_Exit(1);
+  }
+  stopper.join();
+  return true;
+}
+
+TEST_CASE("the default watch timeout is random in [5, 10] minutes, drawn anew for every watch") {
+  ReflectorOptions defaults;
+  CHECK(defaults.min_watch_timeout == absl::Minutes(5));
+  CHECK(defaults.max_watch_timeout == absl::Minutes(10));
+  FixtureServer server;
+  REQUIRE(server.Start().ok());
+  server.Expect("GET", kPath, Reply::Json(200, List({Sample("a", "5")}, "5")), {{"resourceVersion", "0"}});
+  constexpr int kWatches = 12;
+  for (int i = 0; i < kWatches; ++i) {
+    server.Expect("GET", kPath, Reply::Watch({}), {{"watch", "true"}});  // each ends at once, normally
+  }
+  HoldFurtherWatches(server);
+  auto client = MakeClient(server);
+  Store store;
+  ReflectorOptions options;  // default timeouts, random seed
+  options.resource = kSamples;
+  options.ns = "fixtures";
+  Reflector reflector(client.get(), &store, options);
+  reflector.Start();
+  REQUIRE(server.WaitForOpenHeldStreams(1));  // the 13th watch, after 12 that ended
+  reflector.Stop();
+  std::set<int> drawn;
+  int watches = 0;
+  for (const RecordedRequest& r : server.Requests()) {
+    if (!IsWatch(r)) continue;
+    ++watches;
+    int seconds = std::stoi(r.query.at("timeoutSeconds"));
+    CHECK(seconds >= 300);
+    CHECK(seconds <= 600);
+    drawn.insert(seconds);
+  }
+  CHECK(watches == kWatches + 1);
+  // 13 draws from 301 values: all equal with probability 301^-12, so several distinct values show
+  // the timeout is drawn per watch (not fixed, not drawn once).
+  CHECK(drawn.size() >= 5);
+  CHECK(reflector.last_watch_timeout_seconds() >= 300);
+  CHECK(reflector.last_watch_timeout_seconds() <= 600);
+}
+
 TEST_CASE("reflector stops promptly while parked in a backoff sleep or an open watch") {
   FixtureServer server;
   REQUIRE(server.Start().ok());
-  server.SetFallback([](const RecordedRequest&) { return Reply::Status(503, "ServiceUnavailable", "down"); });
   auto client = MakeClient(server);
   Store store;
   FakeClock clock;  // never advanced: the reflector sleeps "forever"
   ReflectorOptions options;
   options.resource = kSamples;
   options.clock = &clock;
-  Reflector reflector(client.get(), &store, options);
-  reflector.Start();
-  REQUIRE(clock.AwaitSleepers(1));
-  reflector.Stop();
-  CHECK_FALSE(reflector.HasSynced());
+
+  SECTION("in a backoff sleep") {
+    server.SetFallback([](const RecordedRequest&) { return Reply::Status(503, "ServiceUnavailable", "down"); });
+    Reflector reflector(client.get(), &store, options);
+    reflector.Start();
+    REQUIRE(clock.AwaitSleepers(1));
+    const size_t requests = server.RequestCount();
+    REQUIRE(StopsBefore(reflector, absl::Seconds(30)));
+    CHECK(clock.SleeperDeadlines().empty());  // it left the sleep
+    CHECK(server.RequestCount() == requests);  // and made no request after Stop
+    CHECK_FALSE(reflector.HasSynced());
+  }
+  SECTION("in an open watch") {
+    server.Expect("GET", kSamples.CollectionPath(""), Reply::Json(200, List({Sample("a", "5")}, "5")),
+                  {{"resourceVersion", "0"}});
+    HoldFurtherWatches(server);
+    Reflector reflector(client.get(), &store, options);
+    reflector.Start();
+    REQUIRE(reflector.WaitForSync(absl::Seconds(10)));
+    REQUIRE(server.WaitForOpenHeldStreams(1));
+    const size_t requests = server.RequestCount();
+    REQUIRE(StopsBefore(reflector, absl::Seconds(30)));
+    CHECK(reflector.watches_started() == 1);   // the watch was cancelled, not ended and re-opened
+    CHECK(server.RequestCount() == requests);  // nothing after Stop
+    CHECK(clock.SleeperDeadlines().empty());
+  }
 }
 
 TEST_CASE("reflector stops promptly while a list answer is still streaming") {
@@ -338,7 +420,7 @@ TEST_CASE("reflector stops promptly while a list answer is still streaming") {
   Reflector reflector(client.get(), &store, options);
   reflector.Start();
   REQUIRE(server.WaitForOpenHeldStreams(1));
-  reflector.Stop();  // cancels the in-flight list
+  REQUIRE(StopsBefore(reflector, absl::Seconds(30)));  // cancels the in-flight list
   CHECK_FALSE(reflector.HasSynced());
   CHECK(reflector.lists() == 0);
 }

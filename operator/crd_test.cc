@@ -7,6 +7,7 @@
 
 #include <cctype>
 #include <functional>
+#include <map>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -78,9 +79,14 @@ void ApplyDefaults(const json& schema, json& value) {
 }
 
 // A CEL evaluator for the subset the CRD uses. Throws std::runtime_error on anything else.
+// With `coverage`, every branch outcome it evaluates is recorded as "<operator>@<token index>:<outcome>":
+// "?" T|F; "&&" F (short-circuit), TT, TF; "||" T (short-circuit), FT, FF; comparisons and has() T|F.
 class CelSubset {
  public:
-  CelSubset(const std::string& source, const json& self) : self_(self) { Tokenize(source); }
+  CelSubset(const std::string& source, const json& self, std::set<std::string>* coverage = nullptr)
+      : self_(self), coverage_(coverage) {
+    Tokenize(source);
+  }
 
   json Evaluate() {
     json v = Ternary();
@@ -88,7 +94,28 @@ class CelSubset {
     return v;
   }
 
+  // Every outcome `coverage` can record for this rule: what a set of test objects must reach.
+  std::set<std::string> AllBranches() const {
+    std::set<std::string> out;
+    for (size_t i = 0; i < tokens_.size(); ++i) {
+      const std::string& t = tokens_[i];
+      std::vector<std::string> outcomes;
+      if (t == "?" || t == "has" || t == "==" || t == "!=" || t == "<" || t == "<=" || t == ">" || t == ">=") {
+        outcomes = {"T", "F"};
+      } else if (t == "&&") {
+        outcomes = {"F", "TT", "TF"};
+      } else if (t == "||") {
+        outcomes = {"T", "FT", "FF"};
+      }
+      for (const std::string& o : outcomes) out.insert(absl::StrCat(t, "@", i, ":", o));
+    }
+    return out;
+  }
+
  private:
+  void Cover(const std::string& op, size_t at, const std::string& outcome) {
+    if (coverage_ != nullptr && !skipping_) coverage_->insert(absl::StrCat(op, "@", at, ":", outcome));
+  }
   void Tokenize(const std::string& s) {
     static const std::vector<std::string> kOps = {"==", "!=", "<=", ">=", "&&", "||", "<", ">", "?", ":", "(", ")", "."};
     for (size_t i = 0; i < s.size();) {
@@ -149,8 +176,10 @@ class CelSubset {
   }
   json Ternary() {
     json cond = Or();
+    const size_t at = pos_;
     if (!Accept("?")) return cond;
     bool take_first = Truth(cond, skipping_);
+    Cover("?", at, take_first ? "T" : "F");
     json a = Lazy(!take_first, &CelSubset::Ternary);
     Expect(":");
     json b = Lazy(take_first, &CelSubset::Ternary);
@@ -158,36 +187,45 @@ class CelSubset {
   }
   json Or() {
     json v = And();
-    while (Accept("||")) {
+    for (size_t at = pos_; Accept("||"); at = pos_) {
       bool left = Truth(v, skipping_);
       json r = Lazy(left, &CelSubset::And);
-      v = left || Truth(r, skipping_);
+      bool right = !left && Truth(r, skipping_);
+      Cover("||", at, left ? "T" : right ? "FT" : "FF");
+      v = left || right;
     }
     return v;
   }
   json And() {
     json v = Compare();
-    while (Accept("&&")) {
+    for (size_t at = pos_; Accept("&&"); at = pos_) {
       bool left = Truth(v, skipping_);
       json r = Lazy(!left, &CelSubset::Compare);
-      v = left && Truth(r, skipping_);
+      bool right = left && Truth(r, skipping_);
+      Cover("&&", at, !left ? "F" : right ? "TT" : "TF");
+      v = left && right;
     }
     return v;
   }
   json Compare() {
     json a = Primary();
+    const size_t at = pos_;
     for (const std::string op : {"==", "!=", "<=", ">=", "<", ">"}) {
       if (!Accept(op)) continue;
       json b = Primary();
       if (skipping_) return false;
-      if (op == "==") return a == b;
-      if (op == "!=") return a != b;
-      if (!a.is_number() || !b.is_number()) throw std::runtime_error("ordering needs numbers");
-      double x = a.get<double>(), y = b.get<double>();
-      if (op == "<=") return x <= y;
-      if (op == ">=") return x >= y;
-      if (op == "<") return x < y;
-      return x > y;
+      bool result = false;
+      if (op == "==") {
+        result = a == b;
+      } else if (op == "!=") {
+        result = a != b;
+      } else {
+        if (!a.is_number() || !b.is_number()) throw std::runtime_error("ordering needs numbers");
+        double x = a.get<double>(), y = b.get<double>();
+        result = op == "<=" ? x <= y : op == ">=" ? x >= y : op == "<" ? x < y : x > y;
+      }
+      Cover(op, at, result ? "T" : "F");
+      return result;
     }
     return a;
   }
@@ -213,11 +251,12 @@ class CelSubset {
       Expect(")");
       return v;
     }
-    if (Accept("has")) {
+    if (const size_t at = pos_; Accept("has")) {
       Expect("(");
       bool present = false;
       Path(&present);
       Expect(")");
+      Cover("has", at, present ? "T" : "F");
       return present;
     }
     if (Accept("size")) {
@@ -247,10 +286,14 @@ class CelSubset {
   }
 
   const json& self_;
+  std::set<std::string>* coverage_;
   bool skipping_ = false;
   std::vector<std::string> tokens_;
   size_t pos_ = 0;
 };
+
+// When set, Validate records the branch outcomes every CEL rule reached, keyed "<path>: <rule>".
+std::map<std::string, std::set<std::string>>* cel_coverage = nullptr;
 
 // Validates `value` (defaults applied) like the API server: types, enums, bounds, required fields,
 // unknown fields (which a server would silently prune), list types and CEL rules.
@@ -311,7 +354,9 @@ void Validate(const json& schema, const json& value, const std::string& path, st
   }
   for (const json& rule : schema.value("x-kubernetes-validations", json::array())) {
     try {
-      if (!CelSubset(rule["rule"].get<std::string>(), value).Evaluate().get<bool>()) {
+      const std::string text = rule["rule"].get<std::string>();
+      std::set<std::string>* covered = cel_coverage != nullptr ? &(*cel_coverage)[path + ": " + text] : nullptr;
+      if (!CelSubset(text, value, covered).Evaluate().get<bool>()) {
         error(rule["message"].get<std::string>());
       }
     } catch (const std::exception& e) {
@@ -423,25 +468,127 @@ TEST_CASE("list types: conditions are a map keyed by type, workersToDelete a set
   CHECK(to_delete.contains("maxItems"));
 }
 
-TEST_CASE("every CEL rule stays within the supported subset", "[crd][cel]") {
-  int rules = 0;
+// Each CEL rule of the CRD, evaluated on whole DataServices (defaults applied, as the API server
+// does) that reach every branch of it: both outcomes of each condition, comparison and has(), and
+// each way through && and ||. A rule outside the evaluator's subset fails to evaluate; a wrong rule
+// gives the wrong verdict on one of these objects; a new rule without objects fails the coverage check.
+TEST_CASE("every CEL rule is within the supported subset and right on objects reaching all its branches",
+          "[crd][cel]") {
+  struct Case {
+    std::string rule;  // "<path>: <rule>"
+    std::string name;
+    std::function<void(json&)> mutate;  // of spec
+    bool violates;
+  };
+  const std::string kLocalHybrid = "spec: has(self.workers.local) ? self.placement.policy == 'Hybrid' : true";
+  const std::string kPipeline = "spec.pipeline: has(self.configMapRef) != has(self.inline)";
+  const std::string kDispatcherPorts = "spec.dispatcher: self.port != self.metricsPort";
+  const std::string kWorkerPorts = "spec.workers: self.port != self.metricsPort";
+  const std::string kMinMax = "spec.workers: self.minReplicas <= self.maxReplicas";
+  const std::string kReplicas =
+      "spec.workers: self.replicas >= self.minReplicas && self.replicas <= self.maxReplicas";
+  const std::string kLocalMax = "spec.workers: has(self.local) ? self.local <= self.maxReplicas : true";
+  const std::string kSelector = "spec.placement: self.policy == 'RemoteOnly' || has(self.consumerSelector)";
+  const std::string kFraction = "spec.placement: self.localCpuFraction > 0.0 && self.localCpuFraction <= 1.0";
+  const std::string kStall = "spec.autoscaling: self.targetStallRatio >= 0.0 && self.targetStallRatio < 1.0";
+  const json hybrid = {{"policy", "Hybrid"}, {"consumerSelector", {{"matchLabels", {{"app", "t"}}}}}};
+  const std::vector<Case> cases = {
+      {kLocalHybrid, "no split", [](json&) {}, false},
+      {kLocalHybrid, "a split with Hybrid", [&](json& s) { s["placement"] = hybrid; s["workers"]["local"] = 1; }, false},
+      {kLocalHybrid, "a split with the default RemoteOnly", [](json& s) { s["workers"]["local"] = 1; }, true},
+      {kPipeline, "configMapRef only", [](json& s) { s["pipeline"] = {{"configMapRef", {{"name", "p"}}}}; }, false},
+      {kPipeline, "inline only", [](json& s) { s["pipeline"] = {{"inline", "x"}}; }, false},
+      {kPipeline, "both", [](json& s) { s["pipeline"] = {{"inline", "x"}, {"configMapRef", {{"name", "p"}}}}; }, true},
+      {kPipeline, "neither", [](json& s) { s["pipeline"] = json::object(); }, true},
+      {kDispatcherPorts, "default ports", [](json&) {}, false},
+      {kDispatcherPorts, "the same port twice", [](json& s) { s["dispatcher"]["metricsPort"] = 5050; }, true},
+      {kWorkerPorts, "default ports", [](json&) {}, false},
+      {kWorkerPorts, "the same port twice", [](json& s) { s["workers"]["port"] = 8091; }, true},
+      {kMinMax, "defaults", [](json&) {}, false},
+      {kMinMax, "min above max",
+       [](json& s) { s["workers"]["minReplicas"] = 5; s["workers"]["maxReplicas"] = 4; }, true},
+      {kReplicas, "within bounds", [](json& s) { s["workers"]["replicas"] = 3; }, false},
+      {kReplicas, "at both bounds",
+       [](json& s) { s["workers"]["minReplicas"] = 4; s["workers"]["maxReplicas"] = 4; s["workers"]["replicas"] = 4; },
+       false},
+      {kReplicas, "below min", [](json& s) { s["workers"]["minReplicas"] = 2; s["workers"]["replicas"] = 1; }, true},
+      {kReplicas, "above max", [](json& s) { s["workers"]["replicas"] = 33; }, true},
+      {kLocalMax, "no split", [](json&) {}, false},
+      {kLocalMax, "a split within max", [&](json& s) { s["placement"] = hybrid; s["workers"]["local"] = 32; }, false},
+      {kLocalMax, "a split above max", [&](json& s) { s["placement"] = hybrid; s["workers"]["local"] = 33; }, true},
+      {kSelector, "RemoteOnly without a selector", [](json&) {}, false},
+      {kSelector, "Hybrid with a selector", [&](json& s) { s["placement"] = hybrid; }, false},
+      {kSelector, "LocalOnly without a selector", [](json& s) { s["placement"] = {{"policy", "LocalOnly"}}; }, true},
+      {kFraction, "default 0.5", [](json&) {}, false},
+      {kFraction, "exactly 1", [](json& s) { s["placement"] = {{"localCpuFraction", 1.0}}; }, false},
+      {kFraction, "0", [](json& s) { s["placement"] = {{"localCpuFraction", 0.0}}; }, true},
+      {kFraction, "above 1", [](json& s) { s["placement"] = {{"localCpuFraction", 1.5}}; }, true},
+      {kStall, "default 0.05", [](json& s) { s["autoscaling"] = json::object(); }, false},
+      {kStall, "exactly 0", [](json& s) { s["autoscaling"] = {{"targetStallRatio", 0.0}}; }, false},
+      {kStall, "negative", [](json& s) { s["autoscaling"] = {{"targetStallRatio", -0.1}}; }, true},
+      {kStall, "1", [](json& s) { s["autoscaling"] = {{"targetStallRatio", 1.0}}; }, true},
+  };
+
+  // The CRD's rules ("<path>: <rule>") and their messages.
+  std::map<std::string, std::string> messages;
   json crd = Crd();
-  WalkSchema(RootSchema(crd), "", [&](const json& s, const std::string& path) {
-    for (const json& rule : s.value("x-kubernetes-validations", json::array())) {
-      ++rules;
+  WalkSchema(RootSchema(crd), "", [&](const json& schema, const std::string& path) {
+    for (const json& rule : schema.value("x-kubernetes-validations", json::array())) {
       std::string text = rule["rule"];
       INFO(path << ": " << text);
       CHECK_FALSE(absl::StrContains(text, "!has"));  // unary ! is outside the subset
-      // Tokenizes and parses against an empty object (field access may fail; syntax must not).
-      try {
-        CelSubset(text, json::object()).Evaluate();
-      } catch (const std::runtime_error& e) {
-        std::string what = e.what();
-        CHECK((what == "no such key" || what.rfind("not a boolean", 0) == 0));
-      }
+      CHECK(messages.emplace(path + ": " + text, rule["message"].get<std::string>()).second);
     }
   });
-  CHECK(rules >= 9);
+  REQUIRE(messages.size() == 10);
+
+  std::map<std::string, std::set<std::string>> coverage;
+  cel_coverage = &coverage;
+  std::map<std::string, std::set<bool>> verdicts;
+  for (const Case& c : cases) {
+    INFO(c.rule << " / " << c.name);
+    REQUIRE(messages.count(c.rule) == 1);  // the table names rules that are in the CRD
+    json object = Minimal();
+    c.mutate(object["spec"]);
+    std::vector<std::string> errors = ServerValidate(object);
+    INFO(absl::StrJoin(errors, "\n"));
+    bool reported = false;
+    for (const std::string& e : errors) {
+      CHECK_FALSE(absl::StrContains(e, "failed to evaluate"));
+      reported |= absl::StrContains(e, messages[c.rule]);
+    }
+    CHECK(reported == c.violates);
+    if (!c.violates) CHECK(errors.empty());
+    verdicts[c.rule].insert(c.violates);
+  }
+  cel_coverage = nullptr;
+
+  for (const auto& [key, message] : messages) {
+    INFO(key);
+    CHECK(verdicts[key] == std::set<bool>{false, true});  // accepted and rejected objects for each rule
+    std::set<std::string> want = CelSubset(key.substr(key.find(": ") + 2), json::object()).AllBranches();
+    CHECK_FALSE(want.empty());
+    std::set<std::string> missing;
+    for (const std::string& b : want) {
+      if (!coverage[key].count(b)) missing.insert(b);
+    }
+    INFO("branches never reached: " << absl::StrJoin(missing, ", "));
+    CHECK(missing.empty());
+  }
+}
+
+TEST_CASE("the CEL evaluator rejects what lies outside its subset and reports branch coverage", "[crd][cel]") {
+  const json self = {{"a", 1}, {"b", 2}};
+  for (const std::string rule : {"self.a in [1, 2]", "!has(self.a)", "self.a.startsWith('x')", "self.a + 1 == 2"}) {
+    INFO(rule);
+    CHECK_THROWS_AS(CelSubset(rule, self).Evaluate(), std::runtime_error);
+  }
+  CHECK_THROWS_WITH(CelSubset("self.c == 1", self).Evaluate(), "no such key");
+  std::set<std::string> covered;
+  CHECK(CelSubset("self.a < self.b || has(self.c)", self, &covered).Evaluate() == true);
+  CHECK(covered == std::set<std::string>{"<@3:T", "||@7:T"});  // has() not evaluated: short-circuit
+  CHECK(CelSubset("self.a < self.b || has(self.c)", self).AllBranches() ==
+        std::set<std::string>{"<@3:T", "<@3:F", "||@7:T", "||@7:FT", "||@7:FF", "has@8:T", "has@8:F"});
 }
 
 TEST_CASE("the CRD's defaults are the C++ defaults", "[crd][defaults]") {
