@@ -7,6 +7,8 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <iostream>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -74,9 +76,63 @@ client::DataServiceClientOptions DynamicClient(const local::LocalDataService& se
   return o;
 }
 
+// One look at a worker's /metrics.
+struct WorkerLook {
+  double busy = 0;      // sluice_worker_busy_seconds_total: advanced by every heartbeat, just before the gauges
+  double buffered = 0;  // sluice_worker_buffered_elements: the buffer at the latest heartbeat
+  double produced = 0;  // sluice_worker_elements_produced_total: live (counted before the element is buffered)
+};
+
+WorkerLook LookAt(const local::LocalDataService& service, int worker) {
+  auto samples = service.ScrapeWorker(worker);
+  INFO(samples.status().ToString());
+  REQUIRE(samples.ok());
+  return WorkerLook{local::SumSamples(*samples, "sluice_worker_busy_seconds_total"),
+                    local::SumSamples(*samples, "sluice_worker_buffered_elements"),
+                    local::SumSamples(*samples, "sluice_worker_elements_produced_total")};
+}
+
+// Waits until `worker`, one task with a buffer of `capacity` elements, is stalled by a client that
+// reads nothing: a heartbeat taken after an anchor look reported the buffer full, and production did
+// not move from the anchor to the look that saw that heartbeat. A full buffer blocks the producer;
+// only the task's stream can empty it, and it cannot while the client reads nothing (the transport
+// holds what the flow-control windows allow and no window update comes without reads). The
+// condition is checked on what the worker reports, not on elapsed time: the anchor moves whenever
+// production moves, and "after the anchor" is counted in heartbeats (two advances of the busy
+// counter: the second heartbeat began after the first one ended, which was after the anchor).
+// Returns the worker's production at the stall (nullopt if it did not stall within `timeout`).
+std::optional<double> WaitForBackpressureStall(const local::LocalDataService& service, int worker, double capacity,
+                                               absl::Duration timeout = absl::Seconds(60)) {
+  WorkerLook anchor = LookAt(service, worker);
+  double last_busy = anchor.busy;
+  int heartbeats = 0;
+  std::optional<double> stalled;
+  PollUntil(
+      [&] {
+        const WorkerLook now = LookAt(service, worker);
+        if (now.produced != anchor.produced) {  // still producing: start again from here
+          anchor = now;
+          last_busy = now.busy;
+          heartbeats = 0;
+          return false;
+        }
+        // With two heartbeats counted before this look, its gauge comes from a heartbeat that began
+        // after the anchor.
+        if (heartbeats >= 2 && now.buffered == capacity) stalled = now.produced;
+        if (now.busy != last_busy) {
+          ++heartbeats;
+          last_busy = now.busy;
+        }
+        return stalled.has_value();
+      },
+      timeout);
+  return stalled;
+}
+
 TEST_CASE("kill -9 of a worker mid-epoch (dynamic): no duplicates, the epoch completes, loss is bounded") {
+  constexpr int kBufferElements = 8;
   auto options = TestServiceOptions(/*worker_timeout_ms=*/2000);
-  options.worker_flags = {"--buffer_elements=8"};
+  options.worker_flags = {absl::StrCat("--buffer_elements=", kBufferElements)};
   options.worker_flags.insert(options.worker_flags.end(), kLeaseFlags.begin(), kLeaseFlags.end());
   auto service = StartService(2, options);
   const auto client_options = DynamicClient(*service);
@@ -84,40 +140,29 @@ TEST_CASE("kill -9 of a worker mid-epoch (dynamic): no duplicates, the epoch com
 
   std::vector<int64_t> values = ReadSome(*client, 1500);
   REQUIRE(values.size() == 1500);
-  // Stop reading until the workers stall: the client's buffer is full (its readers pause), the
-  // streams fill up, then the workers' buffers, and production stops. A stall shows as production
-  // counters that no longer move (three looks, a worker heartbeat apart). If a starved worker only
-  // looked stalled, it can have gone on within its current lease only: the bound below allows
-  // that lease twice.
-  auto produced_by = [&](int w) { return WorkerMetric(*service, w, "sluice_worker_elements_produced_total"); };
-  double last[2] = {-1, -1};
-  int unchanged = 0;
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (unchanged < 3 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(120));  // a poll interval, not a timing assumption
-    const double now[2] = {produced_by(0), produced_by(1)};
-    const bool paused = client->stats().buffered_bytes >= client_options.max_buffered_bytes;
-    unchanged = (paused && now[0] == last[0] && now[1] == last[1]) ? unchanged + 1 : 0;
-    last[0] = now[0];
-    last[1] = now[1];
+  // Stop reading. The client's buffer fills (its readers pause), then the streams, then the
+  // workers' buffers, and production stops. Each worker is then stalled mid-split, holding one
+  // element it read but could not buffer.
+  const bool paused = PollUntil([&] { return client->stats().buffered_bytes >= client_options.max_buffered_bytes; });
+  REQUIRE(paused);
+  std::optional<double> stalled[2];
+  for (int w = 0; w < 2; ++w) {
+    stalled[w] = WaitForBackpressureStall(*service, w, kBufferElements);
+    INFO("worker " << w << "\n" << service->Logs());
+    REQUIRE(stalled[w].has_value());
   }
-  REQUIRE(unchanged == 3);
-  const int64_t produced_by_victim = static_cast<int64_t>(last[0]);
+  const int64_t produced_by_victim = static_cast<int64_t>(*stalled[0]);
+  auto produced_by = [&](int w) { return WorkerMetric(*service, w, "sluice_worker_elements_produced_total"); };
   // The stalled workers' gauges (refreshed at each heartbeat) show a full buffer and their task.
   for (int w = 0; w < 2; ++w) {
     INFO("worker " << w);
-    double buffered = 0;
-    const absl::Time gauge_deadline = absl::Now() + absl::Seconds(30);
-    while ((buffered = WorkerMetric(*service, w, "sluice_worker_buffered_elements")) == 0 && absl::Now() < gauge_deadline) {
-      absl::SleepFor(absl::Milliseconds(50));  // a poll interval
-    }
-    CHECK(buffered > 0);
-    CHECK(buffered <= 8);  // --buffer_elements=8: one task
+    CHECK(WorkerMetric(*service, w, "sluice_worker_buffered_elements") == kBufferElements);
     CHECK(WorkerMetric(*service, w, "sluice_worker_active_tasks") == 1);
     CHECK(WorkerMetric(*service, w, "sluice_worker_busy_seconds_total") > 0);
     CHECK(WorkerMetric(*service, w, "sluice_worker_bytes_produced_total") >=
           WorkerMetric(*service, w, "sluice_worker_elements_produced_total") * kPadLength * 8);
   }
+  REQUIRE(produced_by(0) == produced_by_victim);  // still stalled at the kill
 
   service->KillWorker(0);
   std::vector<int64_t> rest = ReadAll(*client);
@@ -130,16 +175,21 @@ TEST_CASE("kill -9 of a worker mid-epoch (dynamic): no duplicates, the epoch com
   const int64_t from_survivor = static_cast<int64_t>(produced_by(1));
   const int64_t from_victim = static_cast<int64_t>(counts.size()) - from_survivor;
   const int64_t undelivered = produced_by_victim - from_victim;
+  std::cout << "worker kill -9: received " << values.size() << ", distinct " << counts.size() << ", lost " << lost
+            << "; the victim produced " << produced_by_victim << " and delivered " << from_victim
+            << " (undelivered " << undelivered << ")" << std::endl;
   INFO("received " << values.size() << ", distinct " << counts.size() << ", lost " << lost << "; the victim produced "
                    << produced_by_victim << " and delivered " << from_victim << "; missing "
                    << MissingRanges(counts, kElements));
   CHECK(Duplicates(counts) == "");
   CHECK(BadSplitShapes(counts, kSplitSize) == "");
   CHECK(undelivered >= 0);
-  // Lost: what the victim held (its buffer and its stream) plus what it had leased of the split it
-  // was reading but not read. The rest of that split (a remainder) was read by the survivor. (With
-  // no remainders, the unread rest of the split would be lost too: up to kSplitSize.)
-  CHECK(lost <= undelivered + 2 * kMaxLease);
+  // docs/dataservice.md: a lost worker takes with it what it had produced but not delivered (its
+  // buffer, its stream, the element it held) plus, for the one split it was reading, the part of
+  // its lease it had not read (at most --split_lease_max_elements). The rest of that split (a
+  // remainder) was read by the survivor. (With no remainders, the unread rest of the split would be
+  // lost too: up to kSplitSize.)
+  CHECK(lost <= undelivered + kMaxLease);
   CHECK(lost >= undelivered);
   CHECK(client->stats().job_finished);
   auto removals = service->ScrapeDispatcher();
@@ -205,18 +255,64 @@ TEST_CASE("kill -9 of the dispatcher mid-job - restarted from its journal the jo
   auto options = TestServiceOptions();
   options.journal_dir = tmp.File("journal");
   auto service = StartService(2, options);
-  auto client = MakeClient(DynamicClient(*service));
-  BackgroundReader reader(client.get());
-  REQUIRE(reader.WaitFor(1500) >= 1500);
+  auto client_options = DynamicClient(*service);
+  auto client = MakeClient(client_options);
+  std::vector<int64_t> values = ReadSome(*client, 1500);
+  REQUIRE(values.size() == 1500);
+  CHECK(static_cast<int64_t>(values.size()) < kElements);
+  // The client stops reading, so the job cannot end before the restart: its workers stall with
+  // elements left, and the dispatcher lists the job unfinished.
+  REQUIRE(PollUntil([&] { return client->stats().buffered_bytes >= client_options.max_buffered_bytes; }));
+  auto before = service->GetState();
+  REQUIRE(before.ok());
+  REQUIRE(before->jobs_size() == 1);
+  const int64_t job_id = before->jobs(0).job_id();
+  CHECK(job_id == client->job_id());
+  CHECK_FALSE(before->jobs(0).finished());
+  CHECK_FALSE(client->stats().job_finished);
+  const int64_t failures_before = client->stats().heartbeat_failures;
 
   service->KillDispatcher();
+  // While it is down, the client's and every worker's heartbeats fail.
+  const bool client_noticed = PollUntil([&] { return client->stats().heartbeat_failures > failures_before; });
+  bool workers_noticed = true;
+  for (int w = 0; w < 2; ++w) {
+    workers_noticed &= PollUntil(
+        [&] { return service->worker(w).process->CountLines("heartbeat to the dispatcher failed") > 0; });
+  }
+  INFO(service->Logs());
+  REQUIRE(client_noticed);
+  REQUIRE(workers_noticed);
+
   REQUIRE(service->StartDispatcher().ok());
   auto replayed = service->dispatcher().process->WaitForLine("msg=\"journal replayed\"", absl::Seconds(10));
   REQUIRE(replayed.ok());
-  reader.Join();
-  const std::vector<int64_t> values = reader.values();
-  INFO(service->Logs());
-  CHECK(reader.error() == "");
+  // Reconnected: each worker says so, the client's heartbeats succeed again, and the restarted
+  // dispatcher knows the same unfinished job and both workers.
+  // (The client's wait is reported, not asserted: with the test's 20 ms initial backoff, its
+  // channel took several seconds to reconnect in our runs, while the workers took one heartbeat.)
+  const int64_t ok_at_restart = client->stats().heartbeats_ok;
+  const absl::Time restarted = absl::Now();
+  CHECK(PollUntil([&] { return client->stats().heartbeats_ok > ok_at_restart; }, absl::Seconds(90)));
+  std::cout << "dispatcher kill -9: the client's heartbeats succeeded again " << absl::FormatDuration(absl::Now() - restarted)
+            << " after the restart" << std::endl;
+  for (int w = 0; w < 2; ++w) {
+    INFO("worker " << w);
+    CHECK(PollUntil([&] {
+      return service->worker(w).process->CountLines("dispatcher reachable again; re-registered") > 0;
+    }));
+  }
+  absl::StatusOr<service::GetStateResponse> after;
+  CHECK(PollUntil([&] { return (after = service->GetState()).ok(); }));
+  INFO(after.status().ToString());
+  REQUIRE(after.ok());
+  REQUIRE(after->jobs_size() == 1);
+  CHECK(after->jobs(0).job_id() == job_id);
+  CHECK_FALSE(after->jobs(0).finished());
+  CHECK(after->workers_size() == 2);
+
+  std::vector<int64_t> rest = ReadAll(*client);
+  values.insert(values.end(), rest.begin(), rest.end());
   // No worker failed: every element exactly once.
   CHECK(values.size() == static_cast<size_t>(kElements));
   CHECK(CountProblems(Counts(values), kElements, 1) == "");
@@ -254,7 +350,7 @@ TEST_CASE("A worker added mid-job gets a task and contributes elements") {
   CHECK(WorkerMetric(*service, *added, "sluice_worker_elements_produced_total") > 0);
 }
 
-TEST_CASE("SIGTERM of a worker mid-stream: it exits within 2 s, deregisters, the client goes on") {
+TEST_CASE("SIGTERM of a worker mid-stream: it exits cleanly, deregisters, the client goes on") {
   // A long worker timeout: only a deregistration can remove the worker in time for the checks.
   auto service = StartService(2, TestServiceOptions(/*worker_timeout_ms=*/60000));
   auto client = MakeClient(DynamicClient(*service));
@@ -274,8 +370,11 @@ TEST_CASE("SIGTERM of a worker mid-stream: it exits within 2 s, deregisters, the
   const std::vector<int64_t> values = reader.values();
   INFO(service->Logs());
   REQUIRE(status.ok());
+  std::cout << "worker SIGTERM: exited (" << local::DescribeWaitStatus(*status) << ") "
+            << absl::FormatDuration(took) << " after the signal" << std::endl;
+  // Exit status 0: the drain finished within the worker's 2 s budget (past it, its watchdog exits
+  // with status 3).
   CHECK(local::DescribeWaitStatus(*status) == "exit 0");
-  CHECK(took < absl::Seconds(2));
   REQUIRE(state.ok());
   REQUIRE(state->workers_size() == 1);
   CHECK(state->workers(0).address() == service->worker(1).address);
