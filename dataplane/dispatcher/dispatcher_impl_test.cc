@@ -1029,5 +1029,100 @@ TEST_CASE("coordinated reads: a late worker starts at a round every consumer agr
   CHECK(joined.tasks(3).job_id() == job_id);
 }
 
+// The dispatcher's own gauges and counters, read from its registry: unfinished jobs, the journal's
+// bytes (against the files in its directory), snapshots (one per compaction), and the clients'
+// decoded bytes per job.
+TEST_CASE("metrics: jobs, journal bytes and snapshots follow the state and the journal - client bytes per job") {
+  TempDir tmp;
+  const std::string dir = tmp.File("journal");
+  auto dir_bytes = [&] {
+    int64_t total = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) total += static_cast<int64_t>(e.file_size());
+    return total;
+  };
+  auto metric = [](ServiceHarness& h, const std::string& name) { return MetricValue(h.registry(), name); };
+
+  SECTION("without snapshots: jobs come and go, the journal only grows") {
+    DispatcherOptions options;
+    options.snapshot_every = 0;
+    options.job_gc_grace = absl::Seconds(10);
+    ServiceHarness h(dir, options);
+    Driver d{h.service()};
+    h.service().Tick();
+    CHECK(metric(h, "sluice_dispatcher_jobs") == 0);
+    const std::string ds = d.Register(RangePipeline(100, 10));
+    auto a = d.MustJob(ds, service::SHARDING_DYNAMIC, "a");
+    auto b = d.MustJob(ds, service::SHARDING_OFF, "b");
+    auto b2 = d.MustJob(ds, service::SHARDING_OFF, "b");
+    h.service().Tick();
+    h.service().Tick();  // the second tick sees what the first one synced
+    CHECK(metric(h, "sluice_dispatcher_jobs") == 2);
+    const double bytes_with_jobs = metric(h, "sluice_dispatcher_journal_bytes");
+    CHECK(bytes_with_jobs > 0);
+    CHECK(bytes_with_jobs == dir_bytes());
+
+    // The clients' decoded bytes: the increases of each client's totals, summed per job.
+    service::ClientMetrics m;
+    m.set_bytes_total(1000);
+    d.Client(b.job_client_id(), 0, m);
+    m.set_bytes_total(1500);
+    d.Client(b.job_client_id(), 0, m);
+    service::ClientMetrics m2;
+    m2.set_bytes_total(300);
+    d.Client(b2.job_client_id(), 0, m2);
+    CHECK(MetricValue(h.registry(), "sluice_client_bytes_total", "b") == Approx(1800));
+    CHECK(MetricValue(h.registry(), "sluice_client_bytes_total", "a") == Approx(0));
+
+    // Job b loses its clients and finishes after the grace period: one job left, more journal.
+    for (int64_t client : {b.job_client_id(), b2.job_client_id()}) {
+      service::ReleaseJobClientRequest rel;
+      rel.set_job_client_id(client);
+      service::ReleaseJobClientResponse rr;
+      REQUIRE(h.service().ReleaseJobClient(rel, &rr).ok());
+    }
+    h.clock().Advance(absl::Seconds(11));
+    h.service().Tick();
+    h.service().Tick();
+    CHECK(d.JobInfo(b.job_id()).finished());
+    CHECK_FALSE(d.JobInfo(a.job_id()).finished());
+    CHECK(metric(h, "sluice_dispatcher_jobs") == 1);
+    CHECK(metric(h, "sluice_dispatcher_journal_bytes") > bytes_with_jobs);
+    CHECK(metric(h, "sluice_dispatcher_journal_bytes") == dir_bytes());
+    CHECK(metric(h, "sluice_dispatcher_snapshots_total") == 0);
+  }
+
+  SECTION("with --snapshot_every: one snapshot per tick that finds enough updates") {
+    DispatcherOptions options;
+    options.snapshot_every = 4;
+    ServiceHarness h(dir, options);
+    Driver d{h.service()};
+    h.service().Tick();
+    CHECK(metric(h, "sluice_dispatcher_snapshots_total") == 0);  // nothing journaled yet
+    const std::string ds = d.Register(RangePipeline(100, 10));
+    for (int i = 0; i < 4; ++i) d.MustJob(ds, service::SHARDING_OFF, absl::StrCat("job", i));
+    h.service().Tick();  // 5 updates: due
+    CHECK(metric(h, "sluice_dispatcher_snapshots_total") == 1);
+    CHECK(h.journal()->snapshots_written() == 1);
+    h.service().Tick();  // nothing new
+    CHECK(metric(h, "sluice_dispatcher_snapshots_total") == 1);
+    d.MustJob(ds, service::SHARDING_OFF, "one-more");
+    h.service().Tick();  // 1 update: not due
+    CHECK(metric(h, "sluice_dispatcher_snapshots_total") == 1);
+    for (int i = 0; i < 3; ++i) d.MustJob(ds, service::SHARDING_OFF, absl::StrCat("more", i));
+    h.service().Tick();  // 4 updates: due
+    CHECK(metric(h, "sluice_dispatcher_snapshots_total") == 2);
+    CHECK(h.journal()->snapshots_written() == 2);
+    h.service().Tick();
+    CHECK(metric(h, "sluice_dispatcher_journal_bytes") == dir_bytes());
+    CHECK(metric(h, "sluice_dispatcher_jobs") == 8);
+    // A restarted dispatcher is a new process: its counter starts again (its gauges do not).
+    h.Restart();
+    h.service().Tick();
+    CHECK(metric(h, "sluice_dispatcher_snapshots_total") == 0);
+    CHECK(metric(h, "sluice_dispatcher_jobs") == 8);
+    CHECK(metric(h, "sluice_dispatcher_journal_bytes") == dir_bytes());
+  }
+}
+
 }  // namespace
 }  // namespace sluice::dispatcher
