@@ -66,15 +66,18 @@ def _field(line, key):
 class DataService:
     """sluice-dispatcher and `workers` sluice-worker processes on 127.0.0.1 (ports picked by the kernel)."""
 
-    def __init__(self, workers=2, worker_flags=(), dispatcher_flags=()):
+    def __init__(self, workers=2, worker_flags=(), dispatcher_flags=(), worker_dirs=None, dispatcher_dir=None):
+        """worker_dirs: each worker's working directory (None: the test's); dispatcher_dir likewise."""
         bin_dir = os.environ.get("SLUICE_BIN_DIR")
         if not bin_dir or not os.path.exists(os.path.join(bin_dir, "sluice-dispatcher")):
             pytest.fail("SLUICE_BIN_DIR must name the build's bin/ directory (run through ctest)")
+        bin_dir = os.path.abspath(bin_dir)  # the processes may run in other directories
         self.processes = []
         self.dispatcher = self._start(
             "dispatcher",
             [os.path.join(bin_dir, "sluice-dispatcher"), "--port=0", "--metrics_port=0", "--listen_host=127.0.0.1",
              "--heartbeat_interval_ms=100", "--worker_timeout_ms=10000", *dispatcher_flags],
+            cwd=dispatcher_dir,
         )
         self.address = f"127.0.0.1:{self.dispatcher.port}"
         self.workers = [
@@ -82,14 +85,15 @@ class DataService:
                 f"worker-{i}",
                 [os.path.join(bin_dir, "sluice-worker"), "--port=0", "--metrics_port=0", "--listen_host=127.0.0.1",
                  f"--dispatcher_address={self.address}", "--heartbeat_interval_ms=100", *worker_flags],
+                cwd=worker_dirs[i] if worker_dirs else None,
             )
             for i in range(workers)
         ]
         for w in self.workers:
             w.wait_for_line("registered with the dispatcher")
 
-    def _start(self, name, args):
-        p = Process(name, args)
+    def _start(self, name, args, cwd=None):
+        p = Process(name, args, cwd=cwd)
         self.processes.append(p)
         line = p.wait_for_line("msg=listening")
         p.port = int(_field(line, "port"))

@@ -1,6 +1,7 @@
 """The Python client against real sluice-dispatcher and sluice-worker processes."""
 
 import collections
+import sys
 
 import numpy as np
 import pytest
@@ -66,8 +67,17 @@ def test_two_iterators_of_one_job_share_its_epoch(dataservice):
     b.close()
 
 
+def _import_torch():
+    try:
+        import torch
+    except ImportError as e:
+        pytest.fail(f"torch is not importable by {sys.executable} ({e}): scripts/setup.sh installs Debian's "
+                    "python3-torch for /usr/bin/python3; run this suite with that interpreter (ctest does)")
+    return torch
+
+
 def test_torch_dataloader_over_the_service(dataservice):
-    torch = pytest.importorskip("torch")
+    torch = _import_torch()
     spec = (
         "source:\n  range: {stop: 640, split_size: 64}\n"
         "steps:\n  - map: {ops: [{cast: {field: value, dtype: float32}}]}\n  - batch: {size: 32}\n"
