@@ -1,9 +1,15 @@
 // Malformed and hostile requests against the real binaries over raw gRPC: unknown ids, mismatched
-// job parameters, invalid enum values, garbage element requests, undecodable bytes and oversize
-// messages. Each gets a clear error naming the field; afterwards both processes still serve a job.
+// job parameters, invalid enum values, garbage element requests, undecodable bytes, oversize
+// messages, plugins outside --plugin_dir and a DrainWorkers naming no worker. Each gets a clear
+// error naming the field and leaves the dispatcher's state as it was (GetState before and after);
+// afterwards both processes still serve a job (also one whose pipeline loads an allowed plugin).
 #include <catch2/catch.hpp>
 
 #include <grpcpp/generic/generic_stub.h>
+#include <google/protobuf/util/message_differencer.h>
+
+#include <algorithm>
+#include <filesystem>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -11,6 +17,7 @@
 #include "dataplane/rpc/credentials.h"
 #include "dataservice.grpc.pb.h"
 #include "e2e_dataplane/e2e_test_util.h"
+#include "testing/test_util.h"
 
 namespace sluice::e2e {
 namespace {
@@ -59,6 +66,55 @@ Outcome StreamFirst(service::Worker::Stub& worker, const service::GetElementsReq
   return {s.error_code(), s.error_message()};
 }
 
+// GetState without what changes by itself (time since a worker's last heartbeat).
+service::GetStateResponse Normalized(const service::GetStateResponse& state) {
+  service::GetStateResponse out = state;
+  for (auto& w : *out.mutable_workers()) w.clear_last_heartbeat_ms_ago();
+  return out;
+}
+
+// The dispatcher's state once it stopped changing on its own (the worker's task fetched what its
+// buffer holds): two GetStates 300 ms apart agree.
+service::GetStateResponse SettledState(local::LocalDataService& service) {
+  service::GetStateResponse previous;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    auto state = service.GetState();
+    REQUIRE(state.ok());
+    service::GetStateResponse now = Normalized(*state);
+    if (attempt > 0 && google::protobuf::util::MessageDifferencer::Equals(previous, now)) return now;
+    previous = now;
+    absl::SleepFor(absl::Milliseconds(300));
+  }
+  FAIL("the dispatcher's state did not settle");
+  return previous;
+}
+
+// The path of a copy of the test plugin (dataplane/pipeline/test_plugin.c) in `dir`.
+std::string CopyTestPlugin(const sluice::testing::TempDir& dir, const std::string& name) {
+  const std::string path = dir.File(name);
+  if (!std::filesystem::exists(path)) {
+    std::filesystem::copy_file(sluice::testing::BinaryDir() + "/dataplane/pipeline/libsluice_test_plugin.so", path);
+  }
+  return path;
+}
+
+// Directories for the whole test process: the test parses the allowed plugin's pipeline itself
+// (which loads it here too), and a plugin's ops can be registered from one path only.
+const sluice::testing::TempDir& AllowedPluginDir() {
+  static const auto* dir = new sluice::testing::TempDir();
+  return *dir;
+}
+const sluice::testing::TempDir& OutsidePluginDir() {
+  static const auto* dir = new sluice::testing::TempDir();
+  return *dir;
+}
+
+pipeline::PipelineDef WithPlugin(const std::string& plugin_path) {
+  pipeline::PipelineDef def = RangePipeline(10, 5);
+  def.add_plugins()->set_path(plugin_path);
+  return def;
+}
+
 #define CHECK_OUTCOME(outcome, want_code, want_text)             \
   do {                                                           \
     const Outcome o_ = (outcome);                                \
@@ -68,9 +124,15 @@ Outcome StreamFirst(service::Worker::Stub& worker, const service::GetElementsReq
   } while (false)
 
 TEST_CASE("Hostile requests against the real dispatcher and worker get clear errors - both keep serving") {
+  const sluice::testing::TempDir& plugins = AllowedPluginDir();     // both daemons allow plugins from here
+  const sluice::testing::TempDir& elsewhere = OutsidePluginDir();  // and not from here
+  const std::string allowed_plugin = CopyTestPlugin(plugins, "libops.so");
+  const std::string outside_plugin = CopyTestPlugin(elsewhere, "libevil.so");
   auto options = TestServiceOptions();
   options.dispatcher_flags.push_back(absl::StrCat("--max_message_bytes=", kMaxMessageBytes));
-  options.worker_flags = {absl::StrCat("--max_message_bytes=", kMaxMessageBytes), "--task_wait_ms=300"};
+  options.dispatcher_flags.push_back(absl::StrCat("--plugin_dir=", plugins.path().string()));
+  options.worker_flags = {absl::StrCat("--max_message_bytes=", kMaxMessageBytes), "--task_wait_ms=300",
+                          absl::StrCat("--plugin_dir=", plugins.path().string())};
   auto service = StartService(1, options);
   // Channels that allow sending more than the servers accept.
   auto dispatcher_channel = rpc::MakeChannel(service->dispatcher_address(), rpc::TlsOptions{}, 64 << 20);
@@ -93,6 +155,51 @@ TEST_CASE("Hostile requests against the real dispatcher and worker get clear err
   service::GetOrCreateJobResponse created;
   REQUIRE(Unary([&](grpc::ClientContext* c) { return dispatcher->GetOrCreateJob(c, job, &created); }).code ==
           grpc::StatusCode::OK);
+  // What the hostile requests below must leave as it is.
+  const service::GetStateResponse before = SettledState(*service);
+  REQUIRE(before.jobs_size() == 1);
+
+  SECTION("dispatcher: plugins outside --plugin_dir are refused before anything loads them") {
+    service::RegisterDatasetRequest outside;
+    *outside.mutable_pipeline() = WithPlugin(outside_plugin);
+    service::RegisterDatasetResponse r;
+    CHECK_OUTCOME(Unary([&](grpc::ClientContext* c) { return dispatcher->RegisterDataset(c, outside, &r); }),
+                  grpc::StatusCode::FAILED_PRECONDITION, outside_plugin);
+    CHECK_OUTCOME(Unary([&](grpc::ClientContext* c) { return dispatcher->RegisterDataset(c, outside, &r); }),
+                  grpc::StatusCode::FAILED_PRECONDITION, "--plugin_dir");
+    // Through ".." and through a symlink inside the allowed directory: resolved, still outside.
+    *outside.mutable_pipeline() = WithPlugin(absl::StrCat(plugins.path().string(), "/../",
+                                                          elsewhere.path().filename().string(), "/libevil.so"));
+    CHECK_OUTCOME(Unary([&](grpc::ClientContext* c) { return dispatcher->RegisterDataset(c, outside, &r); }),
+                  grpc::StatusCode::FAILED_PRECONDITION, "is outside --plugin_dir");
+    if (!std::filesystem::is_symlink(plugins.File("link.so"))) {
+      std::filesystem::create_symlink(outside_plugin, plugins.File("link.so"));
+    }
+    *outside.mutable_pipeline() = WithPlugin(plugins.File("link.so"));
+    CHECK_OUTCOME(Unary([&](grpc::ClientContext* c) { return dispatcher->RegisterDataset(c, outside, &r); }),
+                  grpc::StatusCode::FAILED_PRECONDITION, absl::StrCat("resolved: '", outside_plugin, "'"));
+    // A bare name would be searched on the library path.
+    *outside.mutable_pipeline() = WithPlugin("libsluice_test_plugin.so");
+    CHECK_OUTCOME(Unary([&](grpc::ClientContext* c) { return dispatcher->RegisterDataset(c, outside, &r); }),
+                  grpc::StatusCode::FAILED_PRECONDITION, "has no directory");
+    CHECK(!service->dispatcher().process->Exited());
+  }
+
+  SECTION("dispatcher: DrainWorkers naming no worker drains nothing") {
+    service::DrainWorkersRequest none;
+    service::DrainWorkersResponse r;
+    CHECK_OUTCOME(Unary([&](grpc::ClientContext* c) { return dispatcher->DrainWorkers(c, none, &r); }),
+                  grpc::StatusCode::INVALID_ARGUMENT, "worker_addresses is empty");
+    service::DrainWorkersRequest both;
+    both.set_all_workers(true);
+    both.add_worker_addresses(service->worker(0).address);
+    CHECK_OUTCOME(Unary([&](grpc::ClientContext* c) { return dispatcher->DrainWorkers(c, both, &r); }),
+                  grpc::StatusCode::INVALID_ARGUMENT, "all_workers");
+    service::DrainWorkersRequest blank;
+    blank.add_worker_addresses("");
+    CHECK_OUTCOME(Unary([&](grpc::ClientContext* c) { return dispatcher->DrainWorkers(c, blank, &r); }),
+                  grpc::StatusCode::INVALID_ARGUMENT, "worker_addresses[0] is empty");
+  }
 
   SECTION("dispatcher: unknown ids") {
     service::ClientHeartbeatRequest hb;
@@ -220,6 +327,15 @@ TEST_CASE("Hostile requests against the real dispatcher and worker get clear err
           grpc::StatusCode::RESOURCE_EXHAUSTED);
   }
 
+  // None of it changed the dispatcher's state.
+  {
+    auto after = service->GetState();
+    REQUIRE(after.ok());
+    const service::GetStateResponse now = Normalized(*after);
+    INFO("before:\n" << before.DebugString() << "after:\n" << now.DebugString());
+    CHECK(google::protobuf::util::MessageDifferencer::Equals(before, now));
+  }
+
   // Whatever was thrown at them, both processes still run and serve a job end to end.
   INFO(service->Logs());
   CHECK(!service->dispatcher().process->Exited());
@@ -231,6 +347,38 @@ TEST_CASE("Hostile requests against the real dispatcher and worker get clear err
   o.job_name = "after-the-storm";
   auto client = MakeClient(o);
   CHECK(CountProblems(Counts(ReadAll(*client)), 300, 1) == "");
+  // A pipeline whose plugin lies in --plugin_dir runs on the dispatcher and the worker.
+  auto plugin_options = ClientOptions(
+      service->dispatcher_address(),
+      Pipeline(absl::StrCat("plugins: ['", allowed_plugin,
+                            "']\nsource: {range: {stop: 50}}\nsteps:\n  - add_constant: {config: {field: value, add: 1000}}\n")),
+      service::SHARDING_DYNAMIC);
+  auto plugin_client = MakeClient(plugin_options);
+  std::vector<int64_t> plus = ReadAll(*plugin_client, "value_plus");
+  std::sort(plus.begin(), plus.end());
+  std::vector<int64_t> want(50);
+  for (int64_t i = 0; i < 50; ++i) want[static_cast<size_t>(i)] = 1000 + i;
+  CHECK(plus == want);
+}
+
+TEST_CASE("Without --plugin_dir the dispatcher refuses every plugin a client sends") {
+  sluice::testing::TempDir dir;
+  const std::string plugin = CopyTestPlugin(dir, "libops.so");
+  auto service = StartService(1, TestServiceOptions());
+  auto channel = rpc::MakeChannel(service->dispatcher_address(), rpc::TlsOptions{});
+  REQUIRE(channel.ok());
+  auto dispatcher = service::Dispatcher::NewStub(*channel);
+  const service::GetStateResponse before = SettledState(*service);
+  service::RegisterDatasetRequest request;
+  *request.mutable_pipeline() = WithPlugin(plugin);
+  service::RegisterDatasetResponse r;
+  CHECK_OUTCOME(Unary([&](grpc::ClientContext* c) { return dispatcher->RegisterDataset(c, request, &r); }),
+                grpc::StatusCode::FAILED_PRECONDITION, absl::StrCat("plugin '", plugin, "' is refused"));
+  CHECK_OUTCOME(Unary([&](grpc::ClientContext* c) { return dispatcher->RegisterDataset(c, request, &r); }),
+                grpc::StatusCode::FAILED_PRECONDITION, "--plugin_dir=DIR");
+  auto after = service->GetState();
+  REQUIRE(after.ok());
+  CHECK(google::protobuf::util::MessageDifferencer::Equals(before, Normalized(*after)));
 }
 
 }  // namespace

@@ -29,6 +29,13 @@
 namespace sluice::client {
 namespace {
 
+// Reconnecting: this client uses gRPC's synchronous API, whose calls are the only thing that
+// drives (polls) a channel's connection attempts; a call that fails fast on a broken channel
+// leaves the attempt to gRPC's backup poller, which runs every 5 s. So after a failure the retry
+// is made with wait_for_ready: it waits, polling, until the channel connects or its deadline
+// passes — a restarted dispatcher or worker is found again within one connection attempt (was
+// 5-15 s). The first attempt still fails fast, so an outage is noticed at once.
+
 // Errors that retrying cannot fix: the request or the configuration is wrong.
 bool IsPermanent(grpc::StatusCode code) {
   switch (code) {
@@ -94,9 +101,8 @@ absl::Status ValidateOptions(const DataServiceClientOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("options.", field, ": ", what));
   };
   if (o.dispatcher_address.empty()) return bad("dispatcher_address", "empty; pass the dispatcher's host:port");
-  if (!o.pipeline && o.dataset_id.empty()) {
-    return bad("pipeline", "neither a pipeline to register nor a registered dataset_id was given");
-  }
+  // Neither a pipeline nor a dataset_id: the dispatcher's default pipeline (it refuses the job
+  // with FAILED_PRECONDITION when it was started without one).
   if (!service::ShardingPolicy_IsValid(o.sharding)) return bad("sharding", absl::StrCat("unknown value ", o.sharding));
   if (!service::Compression_IsValid(o.compression)) return bad("compression", absl::StrCat("unknown value ", o.compression));
   if (!service::TargetWorkers_IsValid(o.target_workers)) {
@@ -118,7 +124,7 @@ absl::Status ValidateOptions(const DataServiceClientOptions& o) {
   if (o.num_epochs == 0 || o.num_epochs < -1) {
     return bad("num_epochs", absl::StrCat("must be >= 1 or -1 (forever), got ", o.num_epochs));
   }
-  if (o.cross_job_sharing && o.sharding != service::SHARDING_OFF) {
+  if (o.cross_job_sharing.value_or(false) && o.sharding != service::SHARDING_OFF) {
     return bad("cross_job_sharing", absl::StrCat("needs sharding OFF, got ", service::ShardingPolicy_Name(o.sharding)));
   }
   if (o.max_buffered_bytes <= 0) return bad("max_buffered_bytes", "must be > 0");
@@ -179,6 +185,10 @@ class DataServiceClient::Impl {
     stall_.EndStep(clock_());
   }
   ClientStats Stats() const;
+  absl::Status LastError() const {
+    absl::MutexLock l(&mu_);
+    return last_error_;
+  }
 
   std::string dataset_id_;
   int64_t job_id_ = 0;
@@ -226,6 +236,7 @@ class DataServiceClient::Impl {
   mutable absl::Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status fatal_ ABSL_GUARDED_BY(mu_);
+  absl::Status last_error_ ABSL_GUARDED_BY(mu_);  // the sticky error GetNext last returned
   bool heard_ ABSL_GUARDED_BY(mu_) = false;  // a heartbeat was answered
   bool job_finished_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<service::TaskInfo> tasks_ ABSL_GUARDED_BY(mu_);  // as last listed by the dispatcher
@@ -260,9 +271,13 @@ class DataServiceClient::Impl {
 template <typename Call>
 absl::Status DataServiceClient::Impl::CallDispatcherAtCreate(absl::string_view method, absl::Time deadline, Call call) {
   Backoff backoff(opts_.initial_backoff, opts_.max_backoff);
+  bool retrying = false;
   while (true) {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(std::min(absl::Now() + opts_.rpc_timeout, deadline)));
+    // A retry waits for the channel to connect (see "Reconnecting" at the top).
+    ctx.set_wait_for_ready(retrying);
+    retrying = true;
     const grpc::Status s = call(&ctx);
     if (s.ok()) return absl::OkStatus();
     const absl::Status status =
@@ -291,8 +306,12 @@ absl::Status DataServiceClient::Impl::Start() {
   credentials_ = *std::move(creds);
   channel_args_ = rpc::MakeChannelArguments(opts_.max_message_bytes, opts_.tls.server_name_override);
   // gRPC's own reconnect backoff follows the client's, so a restarted peer is found again promptly.
-  channel_args_.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, static_cast<int>(absl::ToInt64Milliseconds(opts_.initial_backoff)));
-  channel_args_.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, static_cast<int>(absl::ToInt64Milliseconds(opts_.initial_backoff)));
+  // (gRPC ignores values under 100 ms and would fall back to its 1 s default.)
+  channel_args_.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+                       std::max(100, static_cast<int>(absl::ToInt64Milliseconds(opts_.initial_backoff))));
+  // Not below rpc::kMinConnectTimeoutMs: gRPC uses it as the minimum connect timeout too.
+  channel_args_.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+                       std::max(rpc::kMinConnectTimeoutMs, static_cast<int>(absl::ToInt64Milliseconds(opts_.initial_backoff))));
   channel_args_.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(absl::ToInt64Milliseconds(opts_.max_backoff)));
   dispatcher_ = service::Dispatcher::NewStub(
       grpc::CreateCustomChannel(opts_.dispatcher_address, credentials_, channel_args_));
@@ -321,7 +340,7 @@ absl::Status DataServiceClient::Impl::Start() {
   spec->set_dataset_id(dataset_id_);
   spec->set_sharding(opts_.sharding);
   spec->set_num_consumers(opts_.num_consumers);
-  spec->set_cross_job_sharing(opts_.cross_job_sharing);
+  if (opts_.cross_job_sharing.has_value()) spec->set_cross_job_sharing(*opts_.cross_job_sharing);
   spec->set_num_epochs(opts_.num_epochs);
   spec->set_compression(opts_.compression);
   spec->set_target_workers(opts_.target_workers);
@@ -334,6 +353,8 @@ absl::Status DataServiceClient::Impl::Start() {
   if (!s.ok()) return s;
   job_id_ = job_resp.job_id();
   job_client_id_ = job_resp.job_client_id();
+  // The dispatcher names the dataset it resolved (its default pipeline's when none was given).
+  if (!job_resp.dataset_id().empty()) dataset_id_ = job_resp.dataset_id();
   SLUICE_LOG(Info, "data service client started")
       .With("dispatcher", opts_.dispatcher_address)
       .With("dataset_id", dataset_id_)
@@ -506,10 +527,12 @@ void DataServiceClient::Impl::FillMetricsLocked(service::ClientMetrics* metrics)
 
 void DataServiceClient::Impl::HeartbeatLoop() {
   Backoff backoff(opts_.initial_backoff, opts_.max_backoff);
+  bool reconnecting = false;  // the last heartbeat failed: the next one waits for the channel
   while (true) {
     service::ClientHeartbeatRequest req;
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + opts_.rpc_timeout));
+    ctx.set_wait_for_ready(reconnecting);
     {
       absl::MutexLock l(&mu_);
       if (shutting_down_) break;
@@ -528,6 +551,7 @@ void DataServiceClient::Impl::HeartbeatLoop() {
       absl::MutexLock l(&mu_);
       heartbeat_context_ = nullptr;
       if (shutting_down_) break;
+      reconnecting = !s.ok();
       if (s.ok()) {
         ++heartbeats_ok_;
         backoff.Reset();
@@ -635,6 +659,8 @@ void DataServiceClient::Impl::ReaderLoop(TaskReader* r) {
       r->context = &ctx;
       if (!first_attempt) ++reconnects_;
     }
+    // A reconnection waits for the channel to connect (see "Reconnecting" at the top); a stop cancels it.
+    ctx.set_wait_for_ready(!first_attempt);
     first_attempt = false;
     auto stub = service::Worker::NewStub(channel);
     service::GetElementsRequest req;
@@ -871,7 +897,8 @@ absl::StatusOr<std::optional<pipeline::Element>> DataServiceClient::Impl::GetNex
   const absl::Time end = clock_();
   if (shutting_down_) {
     stall_.RecordWait(start, end, StallMeter::Outcome::kNothing);
-    return absl::CancelledError("the data service client was cancelled");
+    last_error_ = absl::CancelledError("the data service client was cancelled");
+    return last_error_;
   }
   if (!queue_.empty()) {
     Buffered b = std::move(queue_.front());
@@ -885,6 +912,7 @@ absl::StatusOr<std::optional<pipeline::Element>> DataServiceClient::Impl::GetNex
   }
   if (!fatal_.ok()) {
     stall_.RecordWait(start, end, StallMeter::Outcome::kNothing);
+    last_error_ = fatal_;
     return fatal_;
   }
   if (FinishedLocked()) {
@@ -949,5 +977,17 @@ const std::string& DataServiceClient::dataset_id() const { return impl_->dataset
 int64_t DataServiceClient::job_id() const { return impl_->job_id_; }
 int64_t DataServiceClient::job_client_id() const { return impl_->job_client_id_; }
 const std::string& DataServiceClient::client_host() const { return impl_->client_host_; }
+absl::Status DataServiceClient::status() const { return impl_->LastError(); }
+
+void ElementIterator::Advance() {
+  current_.reset();
+  if (client_ == nullptr) return;
+  absl::StatusOr<std::optional<pipeline::Element>> next = client_->GetNext();
+  if (!next.ok() || !next->has_value()) {
+    client_ = nullptr;  // the end (status() tells a clean end from an error)
+    return;
+  }
+  current_ = *std::move(*next);
+}
 
 }  // namespace sluice::client

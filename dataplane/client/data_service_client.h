@@ -21,8 +21,10 @@
 #ifndef SLUICE_DATAPLANE_CLIENT_DATA_SERVICE_CLIENT_H_
 #define SLUICE_DATAPLANE_CLIENT_DATA_SERVICE_CLIENT_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,15 +38,22 @@
 
 namespace sluice::client {
 
+// The default of DataServiceClientOptions::max_outstanding_requests.
+inline constexpr int kDefaultMaxOutstandingRequests = 64;
+
 struct DataServiceClientOptions {
   std::string dispatcher_address;                     // "host:port"
-  std::optional<pipeline::PipelineDef> pipeline;      // registered by Create() ...
-  std::string dataset_id;                             // ... or an already registered dataset
+  // What to read: a pipeline registered by Create(), or an already registered dataset_id (both:
+  // they must agree), or neither: the dispatcher's own default pipeline (its --pipeline).
+  std::optional<pipeline::PipelineDef> pipeline;
+  std::string dataset_id;
   std::string job_name;                               // empty: an anonymous job of this client alone
   service::ShardingPolicy sharding = service::SHARDING_OFF;
   int32_t num_consumers = 0;                          // > 0: coordinated reads ...
   int32_t consumer_index = -1;                        // ... as consumer [0, num_consumers)
-  bool cross_job_sharing = false;
+  // SHARDING_OFF only: share the workers' pipeline runs with other jobs of the same dataset.
+  // Unset: the dispatcher's default (its --sharing flag).
+  std::optional<bool> cross_job_sharing;
   int64_t num_epochs = 1;                             // -1: forever
   service::Compression compression = service::COMPRESSION_AUTO;
   service::TargetWorkers target_workers = service::TARGET_WORKERS_AUTO;
@@ -54,9 +63,11 @@ struct DataServiceClientOptions {
   // Bounds on data held by the client. Readers stop reading while the decoded bytes buffered reach
   // max_buffered_bytes (overshoot: at most one response message per reader), and while
   // max_outstanding_requests response messages are being read or buffered (0: no count bound;
-  // never fewer than one per task reader, so an idle task cannot starve the others).
+  // never fewer than one per task reader, so an idle task cannot starve the others). With the
+  // worker's packing (up to ~1 MiB per response) the default count bound holds at most ~64 MiB
+  // of packed small elements; large elements are bounded by max_buffered_bytes first.
   int64_t max_buffered_bytes = int64_t{256} << 20;
-  int max_outstanding_requests = 0;
+  int max_outstanding_requests = kDefaultMaxOutstandingRequests;
   int max_elements_per_response = 0;                  // 0: the worker's default packing
   uint64_t max_element_bytes = uint64_t{1} << 30;     // a larger declared element is rejected
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
@@ -92,6 +103,40 @@ struct ClientStats {
   bool job_finished = false;
 };
 
+class DataServiceClient;
+
+// An input iterator over a client's elements (see DataServiceClient::begin). It ends at the end
+// of the job, or at the first error (then DataServiceClient::status() says which). Dereferencing
+// gives the current element, valid until the iterator is advanced.
+class ElementIterator {
+ public:
+  using iterator_category = std::input_iterator_tag;
+  using value_type = pipeline::Element;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const pipeline::Element*;
+  using reference = const pipeline::Element&;
+
+  ElementIterator() = default;  // the end
+  reference operator*() const { return *current_; }
+  pointer operator->() const { return &*current_; }
+  ElementIterator& operator++() {
+    Advance();
+    return *this;
+  }
+  void operator++(int) { Advance(); }
+  // Iterators compare equal when both are at the end (or are the same live iterator's copies).
+  friend bool operator==(const ElementIterator& a, const ElementIterator& b) { return a.client_ == b.client_; }
+  friend bool operator!=(const ElementIterator& a, const ElementIterator& b) { return !(a == b); }
+
+ private:
+  friend class DataServiceClient;
+  explicit ElementIterator(DataServiceClient* client) : client_(client) { Advance(); }
+  void Advance();
+
+  DataServiceClient* client_ = nullptr;  // null: at the end
+  std::optional<pipeline::Element> current_;
+};
+
 class DataServiceClient {
  public:
   static absl::StatusOr<std::unique_ptr<DataServiceClient>> Create(DataServiceClientOptions options);
@@ -105,6 +150,15 @@ class DataServiceClient {
   absl::StatusOr<std::optional<pipeline::Element>> GetNext();
   // As GetNext, but gives up after `timeout` with DeadlineExceeded (call again to keep waiting).
   absl::StatusOr<std::optional<pipeline::Element>> GetNext(absl::Duration timeout);
+
+  // Range-for over the elements: `for (const pipeline::Element& e : *client) Train(e);` calls
+  // GetNext for each element (so the stall metrics count the waits) and stops at the end of the
+  // job or at the first error. After the loop, status() is OK at a clean end and the error
+  // otherwise (CANCELLED after Cancel()) — check it. One range-for at a time.
+  ElementIterator begin() { return ElementIterator(this); }
+  ElementIterator end() { return ElementIterator(); }
+  // The error that the last GetNext returned (OK when none did): what ended a range-for early.
+  absl::Status status() const;
 
   // Wakes every GetNext (they return CANCELLED, as do later calls) and stops all reading. The
   // threads are joined and the job client released by the destructor. Thread-safe.

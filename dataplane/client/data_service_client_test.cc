@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <iterator>
 #include <set>
 #include <thread>
+#include <type_traits>
 
 #include "absl/synchronization/mutex.h"
 #include "dataplane/client/testing/fake_dispatcher.h"
@@ -204,6 +206,127 @@ TEST_CASE("client_backpressure: buffered bytes stay bounded while the trainer is
     CHECK(got.size() == kCount);
     CHECK(client->stats().peak_outstanding_requests == 3);
   }
+}
+
+TEST_CASE("client_backpressure: max_outstanding_requests is bounded by default") {
+  Harness h(1);
+  h.dispatcher.AddTask(MakeTask(1, h.worker_address(0)));
+  constexpr int kCount = 3 * kDefaultMaxOutstandingRequests;
+  for (int i = 0; i < kCount; ++i) h.workers[0]->PushElement(1, Num(i, 64));
+  h.workers[0]->PushEnd(1);
+  h.FinishWhenEnded({{0, 1}});
+  auto o = h.Options();
+  o.max_elements_per_response = 1;  // one response message per element
+  REQUIRE(o.max_outstanding_requests == kDefaultMaxOutstandingRequests);
+  REQUIRE(kDefaultMaxOutstandingRequests > 0);
+  auto client = MustCreate(o);
+  // The trainer reads nothing yet: the reader stops at the default bound, far below the byte bound.
+  REQUIRE(WaitUntil([&] { return client->stats().backpressure_waits >= 1; }));
+  CHECK(client->stats().outstanding_requests == kDefaultMaxOutstandingRequests);
+  CHECK(client->stats().buffered_elements == kDefaultMaxOutstandingRequests);
+  CHECK(client->stats().buffered_bytes < o.max_buffered_bytes / 1000);
+  std::vector<int64_t> got = Drain(*client);
+  CHECK(got.size() == kCount);
+  CHECK(client->stats().peak_outstanding_requests == kDefaultMaxOutstandingRequests);
+
+  SECTION("0 still means no count bound") {
+    Harness h2(1);
+    h2.dispatcher.AddTask(MakeTask(1, h2.worker_address(0)));
+    for (int i = 0; i < kCount; ++i) h2.workers[0]->PushElement(1, Num(i, 64));
+    h2.workers[0]->PushEnd(1);
+    h2.FinishWhenEnded({{0, 1}});
+    auto unbounded = h2.Options();
+    unbounded.max_elements_per_response = 1;
+    unbounded.max_outstanding_requests = 0;
+    auto c2 = MustCreate(unbounded);
+    REQUIRE(WaitUntil([&] { return c2->stats().buffered_elements == kCount; }));
+    CHECK(c2->stats().backpressure_waits == 0);
+    CHECK(Drain(*c2).size() == kCount);
+  }
+}
+
+TEST_CASE("client_iterator: a range-for reads every element, then status() tells the end from an error") {
+  Harness h(2);
+  for (int w = 0; w < 2; ++w) {
+    const int64_t task = w + 1;
+    h.dispatcher.AddTask(MakeTask(task, h.worker_address(w)));
+    for (int i = 0; i < 10; ++i) h.workers[static_cast<size_t>(w)]->PushElement(task, Num(task * 100 + i));
+    h.workers[static_cast<size_t>(w)]->PushEnd(task);
+  }
+  h.FinishWhenEnded({{0, 1}, {1, 2}});
+  auto client = MustCreate(h.Options());
+  std::multiset<int64_t> got;
+  for (const pipeline::Element& e : *client) got.insert(V(e));
+  CHECK(got.size() == 20);
+  CHECK(got.count(105) == 1);
+  CHECK(got.count(209) == 1);
+  CHECK(client->status().ok());
+  CHECK(client->stats().elements_total == 20);
+  CHECK(client->begin() == client->end());  // the end is sticky
+  // Standard algorithms work on the range (input iterators).
+  static_assert(std::is_same_v<std::iterator_traits<ElementIterator>::iterator_category, std::input_iterator_tag>);
+
+  SECTION("an error ends the loop early; status() holds it") {
+    Harness bad(1);
+    bad.dispatcher.AddTask(MakeTask(1, bad.worker_address(0)));
+    bad.workers[0]->PushElement(1, Num(1));
+    bad.workers[0]->PushError(1, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "corrupt input file"));
+    auto c = MustCreate(bad.Options());
+    int n = 0;
+    for (const pipeline::Element& e : *c) {
+      CHECK(V(e) == 1);
+      ++n;
+    }
+    CHECK(n == 1);
+    CHECK(c->status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(c->status().message()), Catch::Contains("corrupt input file"));
+  }
+  SECTION("Cancel ends it with CANCELLED") {
+    Harness idle(1);
+    idle.dispatcher.AddTask(MakeTask(1, idle.worker_address(0)));
+    idle.workers[0]->AddTask(1);
+    auto c = MustCreate(idle.Options());
+    std::thread canceller([&] {
+      WaitUntil([&] { return c->stats().waiting_consumers == 1; });
+      c->Cancel();
+    });
+    int n = 0;
+    for (const pipeline::Element& e : *c) n += static_cast<int>(V(e) >= 0);
+    canceller.join();
+    CHECK(n == 0);
+    CHECK(c->status().code() == absl::StatusCode::kCancelled);
+  }
+}
+
+TEST_CASE("client_default_pipeline: neither pipeline nor dataset_id reads the dispatcher's default") {
+  Harness h(1);
+  auto def = pipeline::ParsePipelineSpec("source:\n  range: {stop: 3}\n", "default.yaml");
+  REQUIRE(def.ok());
+  const std::string id = h.dispatcher.SetDefaultPipeline(*def);
+  h.dispatcher.AddTask(MakeTask(1, h.worker_address(0)));
+  h.workers[0]->PushElement(1, Num(7));
+  h.workers[0]->PushEnd(1);
+  h.FinishWhenEnded({{0, 1}});
+  auto o = h.Options();
+  o.pipeline.reset();
+  o.job_name = "default";
+  REQUIRE(ValidateOptions(o).ok());
+  auto client = MustCreate(o);
+  CHECK(client->dataset_id() == id);  // learned from the dispatcher's answer
+  CHECK(h.dispatcher.register_requests().empty());
+  auto jobs = h.dispatcher.job_requests();
+  REQUIRE(jobs.size() == 1);
+  CHECK(jobs[0].spec().dataset_id().empty());
+  CHECK(!jobs[0].spec().has_cross_job_sharing());  // unset: the dispatcher's --sharing decides
+  CHECK(Drain(*client) == std::vector<int64_t>{7});
+
+  Harness none(0);
+  auto o2 = none.Options();
+  o2.pipeline.reset();
+  auto refused = DataServiceClient::Create(o2);
+  REQUIRE(!refused.ok());
+  CHECK(refused.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("serves no default pipeline"));
 }
 
 TEST_CASE("client_backpressure: a task with nothing to send does not starve the others of read slots") {
@@ -616,7 +739,7 @@ TEST_CASE("client_stall: wait and step seconds are exact with a controlled clock
   CHECK(m.bytes_total() > 0);
 }
 
-TEST_CASE("client_reconnect: a restarted worker is read again; a restarted dispatcher too") {
+TEST_CASE("client_reconnect: a restarted worker is read again - a restarted dispatcher too") {
   Harness h(1);
   h.dispatcher.AddTask(MakeTask(1, h.worker_address(0)));
   for (int i = 0; i < 5; ++i) h.workers[0]->PushElement(1, Num(i));
@@ -869,9 +992,10 @@ TEST_CASE("client_create: bad options and unreachable dispatchers are clear erro
     o.target_workers = service::TARGET_WORKERS_LOCAL;
     CHECK_THAT(std::string(DataServiceClient::Create(o).status().message()), Catch::Contains("options.target_workers"));
   }
-  SECTION("no pipeline") {
+  SECTION("no pipeline, and the dispatcher has no default one") {
     o.pipeline.reset();
-    CHECK_THAT(std::string(DataServiceClient::Create(o).status().message()), Catch::Contains("options.pipeline"));
+    CHECK_THAT(std::string(DataServiceClient::Create(o).status().message()),
+               Catch::Contains("GetOrCreateJob") && Catch::Contains("serves no default pipeline"));
   }
   SECTION("cross-job sharing needs sharding OFF") {
     o.cross_job_sharing = true;

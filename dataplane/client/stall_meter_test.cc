@@ -62,7 +62,7 @@ TEST_CASE("client_stall: explicit steps with the wait outside the step still cou
   CHECK(s.steps == 2);
 }
 
-TEST_CASE("client_stall: an open step counts up to now; stray markers are harmless") {
+TEST_CASE("client_stall: an open step counts up to now - stray markers are harmless") {
   StallMeter m;
   m.EndStep(T(1));  // no open step: ignored
   CHECK(m.Snap(T(1)).steps == 0);

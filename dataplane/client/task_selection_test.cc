@@ -39,14 +39,14 @@ TEST_CASE("client_locality: AUTO reads every task when each holds a distinct sha
   }
 }
 
-TEST_CASE("client_locality: LOCAL reads only local tasks, possibly none; ANY reads all") {
+TEST_CASE("client_locality: LOCAL reads only local tasks, possibly none - ANY reads all") {
   std::vector<service::TaskInfo> tasks = {Task(1, "a"), Task(2, "b")};
   CHECK(SelectTasks(tasks, In(service::TARGET_WORKERS_LOCAL, service::SHARDING_DYNAMIC, false, "b")) == V{2});
   CHECK(SelectTasks(tasks, In(service::TARGET_WORKERS_LOCAL, service::SHARDING_DYNAMIC, false, "z")).empty());
   CHECK(SelectTasks(tasks, In(service::TARGET_WORKERS_ANY, service::SHARDING_DYNAMIC, false, "a")) == V{1, 2});
 }
 
-TEST_CASE("client_locality: coordinated reads ignore locality; empty host is never local") {
+TEST_CASE("client_locality: coordinated reads ignore locality - empty host is never local") {
   std::vector<service::TaskInfo> tasks = {Task(1, "a"), Task(2, "b")};
   CHECK(SelectTasks(tasks, In(service::TARGET_WORKERS_AUTO, service::SHARDING_OFF, true, "a")) == V{1, 2});
   CHECK_FALSE(IsLocalTask(Task(3, ""), ""));

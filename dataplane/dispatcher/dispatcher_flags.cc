@@ -4,11 +4,17 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
 #include <set>
+#include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "dataplane/pipeline/plugin.h"
+#include "dataplane/pipeline/spec_parser.h"
 
 namespace sluice::dispatcher {
 namespace {
@@ -42,7 +48,18 @@ void DefineFlags(CLI::App& app, DispatcherFlags& f) {
   app.add_option("--tls_ca", f.tls_ca, "PEM CA that client certificates must chain to");
   app.add_flag("--tls_require_client_cert", f.tls_require_client_cert, "mutual TLS: clients must present a certificate");
   app.add_option("--log_level", f.log_level, "debug, info, warning or error");
+  app.add_option("--plugin_dir", f.plugin_dirs,
+                 "directory whose element-op plugins registered pipelines may name (repeatable or comma-separated; "
+                 "symlinks resolved); without it every pipeline naming a plugin is refused")
+      ->delimiter(',');
+  app.add_option("--pipeline", f.pipeline,
+                 "pipeline spec file registered at start-up as the default dataset (jobs with an empty dataset_id "
+                 "read it); default: $SLUICE_PIPELINE_FILE, else the spec text in $SLUICE_PIPELINE");
+  app.add_flag("--sharing", f.sharing,
+               "SHARDING_OFF jobs that do not say otherwise are cross-job shared (default: $SLUICE_SHARING, else false)");
 }
+
+const char* GetEnv(const EnvLookup& env, const char* name) { return env ? env(name) : std::getenv(name); }
 
 bool OnCommandLine(const std::vector<std::string>& args, const std::string& name) {
   const std::string flag = absl::StrCat("--", name);
@@ -130,12 +147,13 @@ absl::Status Validate(const DispatcherFlags& f) {
     return invalid("--tls_require_client_cert needs --tls_ca (the CA client certificates must chain to)");
   }
   if (!f.tls_ca.empty() && f.tls_cert.empty()) return invalid("--tls_ca needs --tls_cert and --tls_key (a TLS server)");
+  if (auto dirs = pipeline::ResolvePluginDirs(f.plugin_dirs, "--plugin_dir"); !dirs.ok()) return dirs.status();
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<ParsedDispatcherFlags> ParseDispatcherFlags(const std::vector<std::string>& args) {
+absl::StatusOr<ParsedDispatcherFlags> ParseDispatcherFlags(const std::vector<std::string>& args, const EnvLookup& env) {
   ParsedDispatcherFlags parsed;
   CLI::App app("sluice-dispatcher: the Sluice data service's dispatcher", "sluice-dispatcher");
   DefineFlags(app, parsed.flags);
@@ -163,8 +181,82 @@ absl::StatusOr<ParsedDispatcherFlags> ParseDispatcherFlags(const std::vector<std
   } catch (const CLI::ParseError& e) {
     return absl::InvalidArgumentError(e.what());
   }
+  if (app.count("--sharing") == 0) {
+    if (const char* value = GetEnv(env, "SLUICE_SHARING"); value != nullptr && value[0] != '\0') {
+      const std::string v = absl::AsciiStrToLower(value);
+      if (v == "true" || v == "1" || v == "yes") {
+        parsed.flags.sharing = true;
+      } else if (v == "false" || v == "0" || v == "no") {
+        parsed.flags.sharing = false;
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat("$SLUICE_SHARING: expected true or false, got '", value, "'"));
+      }
+    }
+  }
   if (absl::Status s = Validate(parsed.flags); !s.ok()) return s;
   return parsed;
+}
+
+namespace {
+
+// The plugin paths a spec names (`plugins: [path, {path: p}]`), read without the spec parser
+// (which loads them). Unreadable YAML gives none: the parser reports it.
+std::vector<std::string> SpecPluginPaths(const std::string& text) {
+  std::vector<std::string> paths;
+  try {
+    YAML::Node root = YAML::Load(text);
+    if (!root.IsMap() || !root["plugins"] || !root["plugins"].IsSequence()) return paths;
+    for (const YAML::Node& p : root["plugins"]) {
+      if (p.IsScalar()) {
+        paths.push_back(p.Scalar());
+      } else if (p.IsMap() && p["path"] && p["path"].IsScalar()) {
+        paths.push_back(p["path"].Scalar());
+      }
+    }
+  } catch (const YAML::Exception&) {
+  }
+  return paths;
+}
+
+}  // namespace
+
+absl::StatusOr<std::optional<DefaultPipeline>> LoadDefaultPipeline(const DispatcherFlags& flags, const EnvLookup& env) {
+  std::string source;
+  std::string path;
+  std::string text;
+  if (!flags.pipeline.empty()) {
+    path = flags.pipeline;
+    source = absl::StrCat("--pipeline '", path, "'");
+  } else if (const char* file = GetEnv(env, "SLUICE_PIPELINE_FILE"); file != nullptr && file[0] != '\0') {
+    path = file;
+    source = absl::StrCat("$SLUICE_PIPELINE_FILE '", path, "'");
+  } else if (const char* inline_text = GetEnv(env, "SLUICE_PIPELINE"); inline_text != nullptr && inline_text[0] != '\0') {
+    text = inline_text;
+    source = "$SLUICE_PIPELINE";
+  } else {
+    return std::optional<DefaultPipeline>();
+  }
+  auto fail = [&](absl::string_view message) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", message));
+  };
+  if (!path.empty()) {
+    std::ifstream in(path);
+    if (!in) return fail("cannot read the file");
+    std::stringstream contents;
+    contents << in.rdbuf();
+    text = contents.str();
+  }
+  auto dirs = pipeline::ResolvePluginDirs(flags.plugin_dirs, "--plugin_dir");
+  if (!dirs.ok()) return fail(dirs.status().message());
+  std::vector<std::string> plugins = SpecPluginPaths(text);
+  for (size_t i = 0; i < plugins.size(); ++i) {
+    if (auto checked = pipeline::CheckPluginPath(plugins[i], *dirs, "--plugin_dir"); !checked.ok()) {
+      return fail(absl::StrCat("plugins[", i, "]: ", checked.status().message()));
+    }
+  }
+  auto def = pipeline::ParsePipelineSpec(text, path.empty() ? "$SLUICE_PIPELINE" : path);
+  if (!def.ok()) return fail(def.status().message());
+  return std::optional<DefaultPipeline>(DefaultPipeline{*std::move(def), source});
 }
 
 DispatcherOptions ServiceOptionsFromFlags(const DispatcherFlags& f) {
@@ -178,6 +270,8 @@ DispatcherOptions ServiceOptionsFromFlags(const DispatcherFlags& f) {
   o.unused_dataset_retention = absl::Milliseconds(f.unused_dataset_retention_ms);
   o.max_splits_per_request = f.max_splits_per_request;
   o.dataservice = f.dataservice;
+  o.plugin_dirs = f.plugin_dirs;
+  o.default_cross_job_sharing = f.sharing;
   return o;
 }
 

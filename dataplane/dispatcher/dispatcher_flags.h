@@ -6,6 +6,8 @@
 #define SLUICE_DATAPLANE_DISPATCHER_DISPATCHER_FLAGS_H_
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +44,9 @@ struct DispatcherFlags {
   std::string tls_ca;
   bool tls_require_client_cert = false;
   std::string log_level = "info";
+  std::vector<std::string> plugin_dirs;  // --plugin_dir (repeatable, comma-separated): allowed plugin directories
+  std::string pipeline;                // --pipeline FILE: the default dataset (else $SLUICE_PIPELINE_FILE / $SLUICE_PIPELINE)
+  bool sharing = false;                // --sharing (default $SLUICE_SHARING): OFF jobs are cross-job shared by default
 };
 
 struct ParsedDispatcherFlags {
@@ -49,8 +54,24 @@ struct ParsedDispatcherFlags {
   std::string help;  // non-empty: --help was asked for; print it and exit 0
 };
 
+// Environment lookup (getenv by default; tests pass their own). Returns null when unset.
+using EnvLookup = std::function<const char*(const char*)>;
+
 // `args` excludes the program name. Errors name the flag, or the config file, line and key.
-absl::StatusOr<ParsedDispatcherFlags> ParseDispatcherFlags(const std::vector<std::string>& args);
+// --sharing not given on the command line or in the config takes $SLUICE_SHARING (true/false).
+absl::StatusOr<ParsedDispatcherFlags> ParseDispatcherFlags(const std::vector<std::string>& args,
+                                                           const EnvLookup& env = nullptr);
+
+// The dispatcher's default pipeline: --pipeline FILE, else the file $SLUICE_PIPELINE_FILE names,
+// else the spec text in $SLUICE_PIPELINE (what the operator sets from spec.pipeline); nullopt when
+// none is set. Plugins the spec names are checked against --plugin_dir before the spec is parsed
+// (parsing loads them). Errors name the source ("--pipeline 'p.yaml': p.yaml:3:5: ...").
+struct DefaultPipeline {
+  pipeline::PipelineDef def;
+  std::string source;  // e.g. "--pipeline 'p.yaml'", "$SLUICE_PIPELINE"
+};
+absl::StatusOr<std::optional<DefaultPipeline>> LoadDefaultPipeline(const DispatcherFlags& flags,
+                                                                   const EnvLookup& env = nullptr);
 
 DispatcherOptions ServiceOptionsFromFlags(const DispatcherFlags& flags);
 JournalOptions JournalOptionsFromFlags(const DispatcherFlags& flags);  // flags validated: fsync parses

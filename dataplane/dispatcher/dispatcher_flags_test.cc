@@ -2,6 +2,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <map>
+#include <memory>
+
 #include "testing/test_util.h"
 
 namespace sluice::dispatcher {
@@ -55,7 +58,7 @@ TEST_CASE("flags set every option") {
   CHECK(TickInterval(f) == absl::Milliseconds(30));
 }
 
-TEST_CASE("a YAML config supplies values; command-line flags win") {
+TEST_CASE("a YAML config supplies values - command-line flags win") {
   TempDir dir;
   const std::string config = dir.File("dispatcher.yaml");
   WriteFile(config,
@@ -117,11 +120,90 @@ TEST_CASE("invalid values name the flag") {
   CHECK(Has(ParseError({"--port=abc"}), "port"));
 }
 
-TEST_CASE("--help returns the usage text") {
+TEST_CASE("help: --help returns the usage text") {
   auto parsed = ParseDispatcherFlags({"--help"});
   REQUIRE(parsed.ok());
   CHECK(Has(parsed->help, "--journal_dir"));
   CHECK(Has(parsed->help, "--fsync"));
+}
+
+// An environment for the tests: only the given variables are set.
+EnvLookup Env(std::map<std::string, std::string> vars) {
+  auto shared = std::make_shared<std::map<std::string, std::string>>(std::move(vars));
+  return [shared](const char* name) -> const char* {
+    auto it = shared->find(name);
+    return it == shared->end() ? nullptr : it->second.c_str();
+  };
+}
+
+TEST_CASE("sharing flag: off by default - from SLUICE_SHARING - the flag wins") {
+  auto parse = [](const std::vector<std::string>& args, const EnvLookup& env) {
+    auto parsed = ParseDispatcherFlags(args, env);
+    INFO(parsed.status().ToString());
+    REQUIRE(parsed.ok());
+    return parsed->flags;
+  };
+  CHECK(!parse({}, Env({})).sharing);
+  CHECK(parse({"--sharing"}, Env({})).sharing);
+  CHECK(parse({}, Env({{"SLUICE_SHARING", "true"}})).sharing);
+  CHECK(!parse({}, Env({{"SLUICE_SHARING", "false"}})).sharing);
+  CHECK(!parse({"--sharing=false"}, Env({{"SLUICE_SHARING", "true"}})).sharing);
+  CHECK(ServiceOptionsFromFlags(parse({"--sharing"}, Env({}))).default_cross_job_sharing);
+  auto bad = ParseDispatcherFlags({}, Env({{"SLUICE_SHARING", "perhaps"}}));
+  REQUIRE(!bad.ok());
+  CHECK(Has(std::string(bad.status().message()), "$SLUICE_SHARING: expected true or false, got 'perhaps'"));
+}
+
+TEST_CASE("plugin_dir flag: repeatable and comma-separated - a missing directory is a flag error") {
+  TempDir a, b;
+  DispatcherFlags f = MustParse({"--plugin_dir", a.path().string() + "," + b.path().string(), "--plugin_dir=/tmp"});
+  CHECK(f.plugin_dirs == std::vector<std::string>{a.path().string(), b.path().string(), "/tmp"});
+  CHECK(ServiceOptionsFromFlags(f).plugin_dirs.size() == 3);
+  CHECK(Has(ParseError({"--plugin_dir=/no/such/dir"}), "--plugin_dir: cannot resolve '/no/such/dir'"));
+}
+
+TEST_CASE("default pipeline: the pipeline flag - else SLUICE_PIPELINE_FILE - else SLUICE_PIPELINE - errors name the source") {
+  TempDir dir;
+  const std::string file = dir.File("p.yaml");
+  WriteFile(file, "source: {range: {stop: 7}}\n");
+  const std::string other = dir.File("other.yaml");
+  WriteFile(other, "source: {range: {stop: 9}}\n");
+  auto load = [](const DispatcherFlags& f, const EnvLookup& env) {
+    auto loaded = LoadDefaultPipeline(f, env);
+    INFO(loaded.status().ToString());
+    REQUIRE(loaded.ok());
+    return *loaded;
+  };
+  CHECK(!load(DispatcherFlags(), Env({})).has_value());
+  DispatcherFlags with_flag;
+  with_flag.pipeline = file;
+  auto from_flag = load(with_flag, Env({{"SLUICE_PIPELINE_FILE", other}, {"SLUICE_PIPELINE", "source: {range: {stop: 1}}"}}));
+  REQUIRE(from_flag.has_value());
+  CHECK(from_flag->source == "--pipeline '" + file + "'");
+  CHECK(from_flag->def.source().kind() == "range");
+  auto from_file = load(DispatcherFlags(), Env({{"SLUICE_PIPELINE_FILE", other}, {"SLUICE_PIPELINE", "source: {x: {}}"}}));
+  REQUIRE(from_file.has_value());
+  CHECK(from_file->source == "$SLUICE_PIPELINE_FILE '" + other + "'");
+  auto from_text = load(DispatcherFlags(), Env({{"SLUICE_PIPELINE", "{\"source\": {\"range\": {\"stop\": 3}}}"}}));
+  REQUIRE(from_text.has_value());
+  CHECK(from_text->source == "$SLUICE_PIPELINE");
+
+  auto error = [](const DispatcherFlags& f, const EnvLookup& env) {
+    auto loaded = LoadDefaultPipeline(f, env);
+    REQUIRE(!loaded.ok());
+    return std::string(loaded.status().message());
+  };
+  DispatcherFlags missing;
+  missing.pipeline = dir.File("nope.yaml");
+  CHECK(Has(error(missing, Env({})), "--pipeline '" + dir.File("nope.yaml") + "': cannot read the file"));
+  const std::string broken = dir.File("broken.yaml");
+  WriteFile(broken, "source: {rnage: {stop: 7}}\n");
+  CHECK(Has(error(DispatcherFlags(), Env({{"SLUICE_PIPELINE_FILE", broken}})), "$SLUICE_PIPELINE_FILE '" + broken + "': "));
+  CHECK(Has(error(DispatcherFlags(), Env({{"SLUICE_PIPELINE_FILE", broken}})), "rnage"));
+  CHECK(Has(error(DispatcherFlags(), Env({{"SLUICE_PIPELINE", "steps: []"}})), "$SLUICE_PIPELINE: "));
+  // Plugins are checked against --plugin_dir before the spec is parsed (parsing loads them).
+  CHECK(Has(error(DispatcherFlags(), Env({{"SLUICE_PIPELINE", "plugins: [/opt/x/libx.so]\nsource: {range: {stop: 1}}"}})),
+            "$SLUICE_PIPELINE: plugins[0]: plugin '/opt/x/libx.so' is refused"));
 }
 
 }  // namespace

@@ -136,6 +136,10 @@ TEST_CASE("every RPC over gRPC, with statuses carried through") {
 
   service::DrainWorkersRequest drain;
   service::DrainWorkersResponse drain_resp;
+  s = stub->DrainWorkers(Ctx().get(), drain, &drain_resp);  // names no worker: drains nothing
+  CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(s.error_message().find("worker_addresses is empty") != std::string::npos);
+  drain.set_all_workers(true);
   REQUIRE(stub->DrainWorkers(Ctx().get(), drain, &drain_resp).ok());
   CHECK(drain_resp.drained_size() == 1);
 

@@ -9,6 +9,7 @@
 #include "absl/strings/strip.h"
 #include "common/log.h"
 #include "dataplane/pipeline/pipeline.h"
+#include "dataplane/pipeline/plugin.h"
 #include "dataplane/pipeline/spec_parser.h"
 
 namespace sluice::dispatcher {
@@ -156,6 +157,15 @@ absl::Status DispatcherService::RegisterDataset(const service::RegisterDatasetRe
     return absl::InvalidArgumentError("pipeline is empty: RegisterDatasetRequest.pipeline needs at least a source");
   }
   pipeline::PipelineDef def = request.pipeline();
+  if (def.plugins_size() > 0) {
+    // Before anything loads them: a client must not make the dispatcher (or the workers) dlopen
+    // a library outside the directories the operator allowed.
+    auto dirs = pipeline::ResolvePluginDirs(options_.plugin_dirs, "--plugin_dir");
+    if (!dirs.ok()) return absl::FailedPreconditionError(absl::StrCat("pipeline: ", dirs.status().message()));
+    if (absl::Status s = pipeline::CheckPipelinePlugins(def, *dirs, "--plugin_dir"); !s.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("pipeline.", s.message()));
+    }
+  }
   if (absl::Status s = pipeline::Canonicalize(def); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("pipeline: ", s.message()));
   }
@@ -207,10 +217,19 @@ absl::Status DispatcherService::RegisterDataset(const service::RegisterDatasetRe
   return Durable(sequence);
 }
 
+absl::StatusOr<std::string> DispatcherService::SetDefaultPipeline(const pipeline::PipelineDef& def) {
+  service::RegisterDatasetRequest request;
+  *request.mutable_pipeline() = def;
+  service::RegisterDatasetResponse response;
+  if (absl::Status s = RegisterDataset(request, &response); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  default_dataset_id_ = response.dataset_id();
+  return default_dataset_id_;
+}
+
 absl::Status DispatcherService::GetOrCreateJob(const service::GetOrCreateJobRequest& request,
                                                service::GetOrCreateJobResponse* response) {
   service::JobSpec spec = request.spec();
-  if (spec.dataset_id().empty()) return absl::InvalidArgumentError("spec.dataset_id is empty (register the dataset first)");
   if (!service::ShardingPolicy_IsValid(spec.sharding())) {
     return absl::InvalidArgumentError(absl::StrCat("spec.sharding ", spec.sharding(), " is not a ShardingPolicy"));
   }
@@ -227,7 +246,7 @@ absl::Status DispatcherService::GetOrCreateJob(const service::GetOrCreateJobRequ
   if (spec.num_consumers() < 0 || spec.num_consumers() > 65536) {
     return absl::InvalidArgumentError(absl::StrCat("spec.num_consumers is ", spec.num_consumers(), "; must be in [0, 65536]"));
   }
-  if (spec.cross_job_sharing() && spec.sharding() != service::SHARDING_OFF) {
+  if (spec.has_cross_job_sharing() && spec.cross_job_sharing() && spec.sharding() != service::SHARDING_OFF) {
     return absl::InvalidArgumentError("spec.cross_job_sharing needs sharding SHARDING_OFF (every job must see every element)");
   }
   if (spec.num_consumers() > 0 && spec.sharding() != service::SHARDING_OFF) {
@@ -238,14 +257,27 @@ absl::Status DispatcherService::GetOrCreateJob(const service::GetOrCreateJobRequ
                                                    spec.num_consumers(), ") (spec.num_consumers)"));
   }
   spec.set_num_epochs(NormalizedNumEpochs(spec.num_epochs()));
+  if (!spec.has_cross_job_sharing()) {
+    // --sharing: plain SHARDING_OFF jobs share the workers' pipeline runs unless they say otherwise.
+    spec.set_cross_job_sharing(options_.default_cross_job_sharing && spec.sharding() == service::SHARDING_OFF &&
+                               spec.num_consumers() == 0);
+  }
   int64_t sequence = 0;
   {
     absl::MutexLock lock(&mu_);
+    if (spec.dataset_id().empty()) {
+      if (default_dataset_id_.empty()) {
+        return absl::FailedPreconditionError(
+            "dataset_id is empty and this dispatcher serves no default pipeline (start it with --pipeline)");
+      }
+      spec.set_dataset_id(default_dataset_id_);
+    }
     if (state_.FindDataset(spec.dataset_id()) == nullptr) {
       return absl::NotFoundError(
           absl::StrCat("spec.dataset_id '", spec.dataset_id(), "' is not known (register the dataset first)"));
     }
     const DispatcherState::Job* job = nullptr;
+    bool created = false;
     if (!spec.job_name().empty()) {
       job = state_.FindJobByName(spec.job_name());
       if (job != nullptr && job->finished) job = nullptr;  // a finished job's name can be reused
@@ -283,36 +315,28 @@ absl::Status DispatcherService::GetOrCreateJob(const service::GetOrCreateJobRequ
       const DispatcherState::Job* previous = spec.job_name().empty() ? nullptr : state_.FindJobByName(spec.job_name());
       create.mutable_create_job()->set_iteration(previous != nullptr ? previous->iteration + 1 : 1);
       *create.mutable_create_job()->mutable_spec() = spec;
-      std::vector<std::string> workers;
-      for (const auto& [address, w] : state_.workers()) {
-        if (!w.draining) workers.push_back(address);
-      }
       if (IsStaticSharding(spec.sharding())) {
-        if (workers.empty()) {
+        // The shards are fixed now, over the workers this client reads (every one unless it
+        // reads LOCAL: then those on its host, which together hold the whole dataset).
+        for (const auto& [address, w] : state_.workers()) {
+          if (!w.draining && ClientWantsWorkerLocked(spec.sharding(), spec.target_workers(), request.client_host(), w)) {
+            create.mutable_create_job()->add_static_workers(address);
+          }
+        }
+        if (create.create_job().static_workers_size() == 0) {
+          const std::string which =
+              spec.target_workers() == service::TARGET_WORKERS_LOCAL
+                  ? absl::StrCat("no worker on the client's host '", request.client_host(),
+                                 "' is registered yet (target_workers LOCAL)")
+                  : std::string("no workers are registered yet");
           return absl::UnavailableError(absl::StrCat(
-              "no workers are registered yet; static sharding (", ShortName(service::ShardingPolicy_Name(spec.sharding()), "SHARDING_"),
+              which, "; static sharding (", ShortName(service::ShardingPolicy_Name(spec.sharding()), "SHARDING_"),
               ") fixes the job's workers when it is created: retry once workers are up"));
         }
-        for (const auto& a : workers) create.mutable_create_job()->add_static_workers(a);
       }
       if (absl::Status s = Commit(create); !s.ok()) return s;
       job = state_.FindJob(job_id);
-      for (size_t i = 0; i < workers.size(); ++i) {
-        const bool is_static = IsStaticSharding(spec.sharding());
-        if (absl::Status s = CreateTaskLocked(*job, workers[i], is_static ? static_cast<int32_t>(i) : 0,
-                                              is_static ? static_cast<int32_t>(workers.size()) : 0,
-                                              /*starting_round=*/0);
-            !s.ok()) {
-          return s;
-        }
-      }
-      SLUICE_LOG(Info, "job created")
-          .With("job_id", job_id)
-          .With("job_name", spec.job_name())
-          .With("iteration", job->iteration)
-          .With("dataset_id", spec.dataset_id())
-          .With("sharding", service::ShardingPolicy_Name(spec.sharding()))
-          .With("tasks", static_cast<int64_t>(job->tasks.size()));
+      created = true;
     }
     const int64_t new_client_id = state_.next_job_client_id();
     const int32_t consumer_index = spec.num_consumers() > 0 ? request.consumer_index() : 0;
@@ -349,9 +373,49 @@ absl::Status DispatcherService::GetOrCreateJob(const service::GetOrCreateJobRequ
     if (absl::Status s = Commit(acquire); !s.ok()) return s;
     client_seen_[a->job_client_id()] = clock_->Now();
     client_metrics_[a->job_client_id()] = service::ClientMetrics();  // a new client counts from zero
+    const int64_t job_id = job->id;
+    // Tasks follow readers: a new job gets tasks on the workers its client reads (static jobs on
+    // the workers fixed above, coordinated jobs on every worker); a client from a new host adds
+    // tasks on its host's workers.
+    if (created && IsStaticSharding(spec.sharding())) {
+      const std::vector<std::string> fixed = job->static_workers;
+      for (size_t i = 0; i < fixed.size(); ++i) {
+        if (absl::Status s = CreateTaskLocked(*state_.FindJob(job_id), fixed[i], static_cast<int32_t>(i),
+                                              static_cast<int32_t>(fixed.size()), /*starting_round=*/0);
+            !s.ok()) {
+          return s;
+        }
+      }
+    } else if (created && spec.num_consumers() > 0) {
+      std::vector<std::string> workers;
+      for (const auto& [address, w] : state_.workers()) {
+        if (!w.draining) workers.push_back(address);
+      }
+      for (const std::string& address : workers) {
+        if (absl::Status s = CreateTaskLocked(*state_.FindJob(job_id), address, 0, 0, /*starting_round=*/0); !s.ok()) {
+          return s;
+        }
+      }
+    } else if (absl::Status s = AddWantedTasksLocked(job_id); !s.ok()) {
+      return s;
+    }
+    job = state_.FindJob(job_id);
+    if (created) {
+      SLUICE_LOG(Info, "job created")
+          .With("job_id", job_id)
+          .With("job_name", spec.job_name())
+          .With("iteration", job->iteration)
+          .With("dataset_id", spec.dataset_id())
+          .With("sharding", service::ShardingPolicy_Name(spec.sharding()))
+          .With("target_workers", service::TargetWorkers_Name(spec.target_workers()))
+          .With("client_host", request.client_host())
+          .With("cross_job_sharing", spec.cross_job_sharing())
+          .With("tasks", static_cast<int64_t>(job->tasks.size()));
+    }
     response->set_job_id(job->id);
     response->set_job_client_id(a->job_client_id());
     response->set_iteration(job->iteration);
+    response->set_dataset_id(job->spec.dataset_id());
     sequence = LastSequenceLocked();
   }
   return Durable(sequence);
@@ -368,6 +432,97 @@ absl::Status DispatcherService::CreateTaskLocked(const DispatcherState::Job& job
   t->set_num_workers(num_workers);
   t->set_starting_round(starting_round);
   return Commit(u);
+}
+
+bool DispatcherService::ClientWantsWorkerLocked(service::ShardingPolicy sharding, service::TargetWorkers target_workers,
+                                                const std::string& client_host,
+                                                const DispatcherState::Worker& worker) const {
+  switch (target_workers) {
+    case service::TARGET_WORKERS_ANY:
+      return true;
+    case service::TARGET_WORKERS_LOCAL:
+      return SameHost(client_host, worker.host);
+    default:  // AUTO
+      if (sharding != service::SHARDING_OFF || SameHost(client_host, worker.host)) return true;
+      // Under SHARDING_OFF the client reads only local tasks when its host has workers.
+      for (const auto& [address, w] : state_.workers()) {
+        if (!w.draining && SameHost(client_host, w.host)) return false;
+      }
+      return true;
+  }
+}
+
+bool DispatcherService::JobWantsWorkerLocked(const DispatcherState::Job& job, const DispatcherState::Worker& worker) const {
+  if (job.spec.num_consumers() > 0) return true;
+  for (int64_t c : job.clients) {
+    const DispatcherState::JobClient* client = state_.FindJobClient(c);
+    if (client != nullptr &&
+        ClientWantsWorkerLocked(job.spec.sharding(), client->target_workers, client->client_host, worker)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+absl::Status DispatcherService::AddWantedTasksLocked(int64_t job_id) {
+  const DispatcherState::Job* job = state_.FindJob(job_id);
+  if (job == nullptr || job->finished || IsStaticSharding(job->spec.sharding()) || job->spec.num_consumers() > 0) {
+    return absl::OkStatus();
+  }
+  std::vector<std::string> wanted;
+  for (const auto& [address, w] : state_.workers()) {
+    if (w.draining || !JobWantsWorkerLocked(*job, w)) continue;
+    bool has_task = false;
+    for (int64_t t : job->tasks) has_task |= state_.FindTask(t)->worker_address == address;
+    if (!has_task) wanted.push_back(address);
+  }
+  for (const std::string& address : wanted) {
+    if (absl::Status s = CreateTaskLocked(*state_.FindJob(job_id), address, 0, 0, /*starting_round=*/0); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<const DispatcherState::Task*> DispatcherService::TasksReadByLocked(
+    const DispatcherState::Job& job, const DispatcherState::JobClient& client) const {
+  std::vector<const DispatcherState::Task*> all, local;
+  for (int64_t t : job.tasks) {
+    const DispatcherState::Task* task = state_.FindTask(t);
+    all.push_back(task);
+    if (SameHost(client.client_host, state_.FindWorker(task->worker_address)->host)) local.push_back(task);
+  }
+  if (job.spec.num_consumers() > 0) return all;  // coordinated: every consumer reads every task
+  if (client.target_workers == service::TARGET_WORKERS_LOCAL) return local;
+  if (client.target_workers == service::TARGET_WORKERS_AUTO && job.spec.sharding() == service::SHARDING_OFF &&
+      !local.empty()) {
+    return local;
+  }
+  return all;
+}
+
+absl::Status DispatcherService::FinishUnreadTasksLocked(int64_t job_id) {
+  const DispatcherState::Job* job = state_.FindJob(job_id);
+  if (job == nullptr || job->finished || job->clients.empty() || job->spec.sharding() != service::SHARDING_DYNAMIC) {
+    return absl::OkStatus();
+  }
+  std::set<int64_t> read;
+  for (int64_t c : job->clients) {
+    for (const DispatcherState::Task* t : TasksReadByLocked(*job, *state_.FindJobClient(c))) read.insert(t->id);
+  }
+  std::vector<int64_t> unread;
+  for (int64_t t : job->tasks) {
+    if (!read.count(t) && !state_.FindTask(t)->finished) unread.push_back(t);
+  }
+  for (int64_t t : unread) {
+    Update u;
+    u.mutable_finish_task()->set_task_id(t);
+    if (absl::Status s = Commit(u); !s.ok()) return s;
+    SLUICE_LOG(Info, "task finished: no client reads it any more (its splits go to the other tasks)")
+        .With("job_id", job_id)
+        .With("task_id", t);
+  }
+  return FinishJobIfDoneLocked(job_id);
 }
 
 int64_t DispatcherService::StartingRoundLocked(const DispatcherState::Job& job) const {
@@ -391,6 +546,8 @@ absl::Status DispatcherService::CreateTasksForWorkerLocked(const std::string& ad
     bool has_task = false;
     for (int64_t t : job.tasks) has_task |= state_.FindTask(t)->worker_address == address;
     if (has_task) continue;
+    // Tasks follow readers: a job gets a task on this worker only if one of its clients reads it.
+    if (!IsStaticSharding(job.spec.sharding()) && !JobWantsWorkerLocked(job, *state_.FindWorker(address))) continue;
     int32_t worker_index = 0;
     int32_t num_workers = 0;
     if (IsStaticSharding(job.spec.sharding())) {
@@ -525,22 +682,7 @@ absl::Status DispatcherService::ClientHeartbeat(const service::ClientHeartbeatRe
     response->set_job_finished(job.finished);
     // The same selection the client applies (dataplane/client/task_selection.h), so that a client
     // never waits for a task it would not read.
-    std::vector<const DispatcherState::Task*> all, local;
-    for (int64_t t : job.tasks) {
-      const DispatcherState::Task* task = state_.FindTask(t);
-      all.push_back(task);
-      if (SameHost(client->client_host, state_.FindWorker(task->worker_address)->host)) local.push_back(task);
-    }
-    const std::vector<const DispatcherState::Task*>* chosen = &all;
-    if (!coordinated) {
-      if (client->target_workers == service::TARGET_WORKERS_LOCAL) {
-        chosen = &local;
-      } else if (client->target_workers == service::TARGET_WORKERS_AUTO && job.spec.sharding() == service::SHARDING_OFF &&
-                 !local.empty()) {
-        chosen = &local;
-      }
-    }
-    for (const DispatcherState::Task* task : *chosen) {
+    for (const DispatcherState::Task* task : TasksReadByLocked(job, *client)) {
       const DispatcherState::Worker* worker = state_.FindWorker(task->worker_address);
       service::TaskInfo* info = response->add_tasks();
       info->set_task_id(task->id);
@@ -568,7 +710,10 @@ absl::Status DispatcherService::ReleaseClientLocked(int64_t job_client_id) {
     // The others may all hold the round already.
     if (absl::Status s = CompleteJoinIfAgreedLocked(job_id); !s.ok()) return s;
   }
-  return absl::OkStatus();
+  // The tasks the clients read changed: a dynamic task nobody reads any more gives its splits
+  // back, and a job whose read tasks are all done finishes.
+  if (absl::Status s = FinishUnreadTasksLocked(job_id); !s.ok()) return s;
+  return FinishJobIfDoneLocked(job_id);
 }
 
 absl::Status DispatcherService::ReleaseJobClient(const service::ReleaseJobClientRequest& request,
@@ -639,7 +784,19 @@ absl::Status DispatcherService::RemoveWorkerLocked(const std::string& address, c
 absl::Status DispatcherService::FinishJobIfDoneLocked(int64_t job_id) {
   const DispatcherState::Job* job = state_.FindJob(job_id);
   if (job == nullptr || job->finished || job->tasks.empty()) return absl::OkStatus();
-  for (int64_t t : job->tasks) {
+  std::set<int64_t> considered = job->tasks;
+  if (job->spec.sharding() == service::SHARDING_OFF && job->spec.num_consumers() == 0 && !job->clients.empty()) {
+    // Under SHARDING_OFF every task produces the whole dataset: the job is done when the tasks
+    // its clients read are (AUTO reads only the local ones when there are some; the others may
+    // never be read to their end).
+    std::set<int64_t> read;
+    for (int64_t c : job->clients) {
+      for (const DispatcherState::Task* t : TasksReadByLocked(*job, *state_.FindJobClient(c))) read.insert(t->id);
+    }
+    if (read.empty()) return absl::OkStatus();
+    considered = std::move(read);
+  }
+  for (int64_t t : considered) {
     if (!state_.FindTask(t)->finished) return absl::OkStatus();
   }
   Update u;
@@ -967,6 +1124,14 @@ absl::Status DispatcherService::WorkerDeregister(const service::WorkerDeregister
 
 absl::Status DispatcherService::DrainWorkers(const service::DrainWorkersRequest& request,
                                              service::DrainWorkersResponse* response) {
+  if (request.all_workers() && request.worker_addresses_size() > 0) {
+    return absl::InvalidArgumentError(
+        "worker_addresses lists workers and all_workers is set: name the workers or set all_workers, not both");
+  }
+  if (!request.all_workers() && request.worker_addresses_size() == 0) {
+    return absl::InvalidArgumentError(
+        "worker_addresses is empty: name the workers to drain (or set all_workers to drain every worker)");
+  }
   for (int i = 0; i < request.worker_addresses_size(); ++i) {
     if (request.worker_addresses(i).empty()) {
       return absl::InvalidArgumentError(absl::StrCat("worker_addresses[", i, "] is empty"));
@@ -976,7 +1141,7 @@ absl::Status DispatcherService::DrainWorkers(const service::DrainWorkersRequest&
   {
     absl::MutexLock lock(&mu_);
     std::vector<std::string> targets(request.worker_addresses().begin(), request.worker_addresses().end());
-    if (targets.empty()) {
+    if (request.all_workers()) {
       for (const auto& [address, w] : state_.workers()) targets.push_back(address);
     }
     std::set<std::string> done;
@@ -1021,8 +1186,11 @@ absl::Status DispatcherService::GetState(const service::GetStateRequest&, servic
       info->set_splits_served(job.splits_served);
       info->set_iteration(job.iteration);
       info->set_splits_total(static_cast<int64_t>(state_.FindDataset(job.spec.dataset_id())->splits.size()));
+      // Always present (zeros before the first client heartbeat), so answers compare alike.
+      info->mutable_metrics();
       if (auto m = job_metrics_.find(id); m != job_metrics_.end()) *info->mutable_metrics() = m->second;
     }
+    response->set_default_dataset_id(default_dataset_id_);
     sequence = LastSequenceLocked();
   }
   return Durable(sequence);
@@ -1118,7 +1286,7 @@ void DispatcherService::Tick() {
     // registered a dataset and has yet to create its job.
     std::vector<std::string> unused;
     for (const auto& [id, dataset] : state_.datasets()) {
-      if (state_.DatasetInUse(id)) {
+      if (state_.DatasetInUse(id) || id == default_dataset_id_) {  // the default pipeline stays
         dataset_last_used_.erase(id);
         continue;
       }

@@ -25,6 +25,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -34,7 +35,9 @@
 #include "dataplane/dispatcher/dispatcher_metrics.h"
 #include "dataplane/dispatcher/dispatcher_state.h"
 #include "dataplane/dispatcher/journal.h"
+#include "absl/status/statusor.h"
 #include "dataservice.pb.h"
+#include "pipeline.pb.h"
 
 namespace sluice::dispatcher {
 
@@ -48,6 +51,12 @@ struct DispatcherOptions {
   int64_t finished_jobs_retained = 1000;                   // older finished jobs are forgotten (see Tick)
   absl::Duration unused_dataset_retention = absl::Hours(1); // a dataset no job uses is forgotten after this
   std::string dataservice;                                 // metrics label
+  // Plugins: a registered pipeline may name only plugins inside these directories (symlinks and ".."
+  // resolved, see pipeline::CheckPluginPath); empty: every pipeline naming a plugin is refused.
+  std::vector<std::string> plugin_dirs;
+  // --sharing: SHARDING_OFF jobs (not coordinated) whose request leaves cross_job_sharing unset
+  // are cross-job shared.
+  bool default_cross_job_sharing = false;
 };
 
 // Coordinated reads: a late worker's task starts this many rounds after the highest round seen
@@ -65,6 +74,11 @@ class DispatcherService {
   // Rebuilds the state from what Journal::Open read. Call once, before serving. Errors name the
   // update that does not apply.
   absl::Status Recover(const JournalContents& contents);
+
+  // Registers `def` as the dispatcher's default dataset (journaled like any RegisterDataset, with
+  // the same checks): GetOrCreateJob with an empty dataset_id reads it, and GetState reports it.
+  // Call after Recover, before serving. Returns the dataset id.
+  absl::StatusOr<std::string> SetDefaultPipeline(const pipeline::PipelineDef& def);
 
   absl::Status RegisterDataset(const service::RegisterDatasetRequest& request, service::RegisterDatasetResponse* response);
   absl::Status GetOrCreateJob(const service::GetOrCreateJobRequest& request, service::GetOrCreateJobResponse* response);
@@ -98,6 +112,27 @@ class DispatcherService {
   absl::Status GetSplitsLocked(const service::GetSplitsRequest& request, int max_splits,
                                service::GetSplitsResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CreateTasksForWorkerLocked(const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Locality ("tasks follow readers"): whether a client (of a job with `sharding`, reading
+  // `target_workers` from `client_host`) reads a task on `worker`. ANY: yes; LOCAL: same host;
+  // AUTO: yes, except under SHARDING_OFF when the client's host has a registered, non-draining
+  // worker (then only same-host ones).
+  bool ClientWantsWorkerLocked(service::ShardingPolicy sharding, service::TargetWorkers target_workers,
+                               const std::string& client_host, const DispatcherState::Worker& worker) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether some client of `job` reads a task on `worker` (coordinated jobs: every worker). A
+  // non-coordinated job gets tasks only on the workers its clients read.
+  bool JobWantsWorkerLocked(const DispatcherState::Job& job, const DispatcherState::Worker& worker) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Creates the tasks of a non-static, non-coordinated job on every registered, non-draining
+  // worker its clients read and that has none yet (a client from a new host joined).
+  absl::Status AddWantedTasksLocked(int64_t job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The tasks `client` reads, by the clients' own rule (dataplane/client/task_selection.h).
+  std::vector<const DispatcherState::Task*> TasksReadByLocked(const DispatcherState::Job& job,
+                                                              const DispatcherState::JobClient& client) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a client left: a dynamically sharded task no remaining client reads is finished (its
+  // unstarted splits and lease remainders go back to the queue, so the epoch does not wait for it).
+  absl::Status FinishUnreadTasksLocked(int64_t job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CreateTaskLocked(const DispatcherState::Job& job, const std::string& address, int32_t worker_index,
                                 int32_t num_workers, int64_t starting_round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RemoveWorkerLocked(const std::string& address, const std::string& reason)
@@ -150,6 +185,8 @@ class DispatcherService {
   // Retention: when each dataset was last registered or last used by a job that went (soft state;
   // after a restart every dataset starts its retention period anew).
   std::map<std::string, absl::Time> dataset_last_used_ ABSL_GUARDED_BY(mu_);
+  // The dataset of --pipeline ("" without one): GetOrCreateJob's default; never forgotten.
+  std::string default_dataset_id_ ABSL_GUARDED_BY(mu_);
 };
 
 // True when a client on `client_host` and a worker on `worker_host` share a host (exact match,

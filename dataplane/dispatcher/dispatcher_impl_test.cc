@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "dataplane/dispatcher/dispatcher_test_util.h"
+#include "dataplane/pipeline/spec_parser.h"
 #include "common/log.h"
 #include "prometheus/text_serializer.h"
 #include "testing/test_util.h"
@@ -160,7 +161,7 @@ double MetricValue(prometheus::Registry& registry, const std::string& name, cons
   return total;
 }
 
-TEST_CASE("metrics: each unfinished job's workers by placement; a finished job's series go") {
+TEST_CASE("metrics: each unfinished job's workers by placement - a finished job's series go") {
   ServiceHarness h("");
   Driver d{h.service()};
   const std::string ds = d.Register(RangePipeline(100, 10));
@@ -272,7 +273,7 @@ TEST_CASE("retention: beyond finished_jobs_retained, the oldest finished jobs ar
   CHECK(d.MustJob(ds, service::SHARDING_OFF, "train").iteration() == 2);
 }
 
-TEST_CASE("retention: a dataset no job uses is forgotten after unused_dataset_retention; registering it again works") {
+TEST_CASE("retention: a dataset no job uses is forgotten after unused_dataset_retention - registering it again works") {
   DispatcherOptions options;
   options.finished_jobs_retained = 0;
   options.unused_dataset_retention = absl::Minutes(10);
@@ -303,7 +304,7 @@ TEST_CASE("retention: a dataset no job uses is forgotten after unused_dataset_re
   (void)job;
 }
 
-TEST_CASE("RegisterDataset: same pipeline, same id; bad pipelines are named") {
+TEST_CASE("RegisterDataset: same pipeline, same id - bad pipelines are named") {
   ServiceHarness h("");
   Driver d{h.service()};
   int64_t n = 0;
@@ -374,8 +375,8 @@ TEST_CASE("GetOrCreateJob: sharing by name, parameter mismatches, anonymous jobs
   s = d.Job("no-such-dataset", service::SHARDING_OFF, "", &resp);
   CHECK(s.code() == absl::StatusCode::kNotFound);
   CHECK(Contains(s, "spec.dataset_id 'no-such-dataset' is not known"));
-  s = d.Job("", service::SHARDING_OFF, "", &resp);
-  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  s = d.Job("", service::SHARDING_OFF, "", &resp);  // no default pipeline (see its own test)
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
   s = d.Job(ds, static_cast<service::ShardingPolicy>(42), "", &resp);
   CHECK(s.code() == absl::StatusCode::kInvalidArgument);
   CHECK(Contains(s, "spec.sharding 42"));
@@ -719,7 +720,7 @@ TEST_CASE("epochs: the next one opens when every task reached the end") {
         std::vector<int64_t>{t2});
 }
 
-TEST_CASE("position leases: a lost worker's split comes back from its lease's end; others wait for it") {
+TEST_CASE("position leases: a lost worker's split comes back from its lease's end - others wait for it") {
   DispatcherOptions options;
   options.worker_timeout = absl::Seconds(5);
   ServiceHarness h("", options);
@@ -785,7 +786,7 @@ TEST_CASE("position leases: a lost worker's split comes back from its lease's en
   CHECK(d.JobInfo(job.job_id()).splits_served() == 3);
 }
 
-TEST_CASE("a timed-out worker's unstarted splits go to the front; started ones never come back") {
+TEST_CASE("a timed-out worker's unstarted splits go to the front - started ones never come back") {
   DispatcherOptions options;
   options.worker_timeout = absl::Seconds(5);
   ServiceHarness h("", options);
@@ -870,8 +871,21 @@ TEST_CASE("WorkerDeregister and DrainWorkers") {
   service::DrainWorkersRequest bad;
   bad.add_worker_addresses("");
   CHECK(h.service().DrainWorkers(bad, &drained).code() == absl::StatusCode::kInvalidArgument);
+  // An empty list drains nothing: it names the field (it used to mean "every worker").
+  absl::Status empty = h.service().DrainWorkers({}, &drained);
+  CHECK(empty.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Contains(empty, "worker_addresses is empty"));
+  service::DrainWorkersRequest both;
+  both.set_all_workers(true);
+  both.add_worker_addresses("w2:1");
+  CHECK(h.service().DrainWorkers(both, &drained).code() == absl::StatusCode::kInvalidArgument);
+  const auto unchanged = d.State();
+  CHECK(unchanged.workers_size() == 3);
+  for (const auto& w : unchanged.workers()) CHECK(w.draining() == (w.address() == "w1:1"));
+  service::DrainWorkersRequest every;
+  every.set_all_workers(true);
   service::DrainWorkersResponse all;
-  REQUIRE(h.service().DrainWorkers({}, &all).ok());
+  REQUIRE(h.service().DrainWorkers(every, &all).ok());
   CHECK(all.drained_size() == 3);
   const auto state = d.State();
   for (const auto& w : state.workers()) CHECK(w.draining());
@@ -889,7 +903,7 @@ TEST_CASE("WorkerDeregister and DrainWorkers") {
   CHECK(d.State().workers_size() == 2);
 }
 
-TEST_CASE("jobs without clients finish after the grace period; silent clients are released") {
+TEST_CASE("jobs without clients finish after the grace period - silent clients are released") {
   DispatcherOptions options;
   options.job_gc_grace = absl::Seconds(30);
   options.client_timeout = absl::Seconds(10);
@@ -924,7 +938,7 @@ TEST_CASE("jobs without clients finish after the grace period; silent clients ar
   CHECK(d.JobInfo(again.job_id()).num_clients() == 0);
 }
 
-TEST_CASE("coordinated reads: one client per consumer index; a new one replaces the holder, which learns why") {
+TEST_CASE("coordinated reads: one client per consumer index - a new one replaces the holder, which learns why") {
   ServiceHarness h("");
   Driver d{h.service()};
   const std::string ds = d.Register(RangePipeline(100, 10));
@@ -1027,6 +1041,300 @@ TEST_CASE("coordinated reads: a late worker starts at a round every consumer agr
   REQUIRE(joined.tasks_size() == 4);
   CHECK(joined.tasks(3).starting_round() == proposal.block_round());
   CHECK(joined.tasks(3).job_id() == job_id);
+}
+
+
+// ---------------------------------------------------------------- locality: tasks follow readers
+
+// The workers (addresses) that hold a task of `job_id`, from GetState.
+std::set<std::string> WorkersOf(Driver& d, int64_t job_id) {
+  const auto state = d.State();
+  std::set<std::string> out;
+  // Heartbeats that list no task get every task of the worker in new_tasks.
+  for (const auto& w : state.workers()) {
+    auto resp = d.Heartbeat(w.address());
+    for (const auto& t : resp.new_tasks()) {
+      if (t.job_id() == job_id) out.insert(w.address());
+    }
+  }
+  return out;
+}
+
+TEST_CASE("locality: a LOCAL job gets tasks only on its clients' hosts - a client from a new host adds its workers") {
+  ServiceHarness h("");
+  Driver d{h.service()};
+  const std::string ds = d.Register(RangePipeline(100, 10));
+  d.Heartbeat("hostA:1");
+  d.Heartbeat("hostA:2");
+  d.Heartbeat("hostB:1");
+  using Set = std::set<std::string>;
+  service::GetOrCreateJobResponse a;
+  REQUIRE(d.Job(ds, service::SHARDING_DYNAMIC, "local", &a, 1, service::TARGET_WORKERS_LOCAL, "hostA").ok());
+  CHECK(WorkersOf(d, a.job_id()) == Set{"hostA:1", "hostA:2"});
+  // A worker on another host registering later gets no task; one on hostA does.
+  CHECK(d.TaskOf("hostB:2", a.job_id()) == 0);
+  CHECK(d.TaskOf("hostA:3", a.job_id()) > 0);
+  // A second client of the job from hostB: hostB's workers join the job.
+  service::GetOrCreateJobResponse b;
+  REQUIRE(d.Job(ds, service::SHARDING_DYNAMIC, "local", &b, 1, service::TARGET_WORKERS_LOCAL, "hostB").ok());
+  CHECK(b.job_id() == a.job_id());
+  CHECK(WorkersOf(d, a.job_id()) == Set{"hostA:1", "hostA:2", "hostA:3", "hostB:1", "hostB:2"});
+  // Each client is told its own host's tasks.
+  std::set<std::string> seen_b;
+  const auto heartbeat_b = d.Client(b.job_client_id());
+  for (const auto& t : heartbeat_b.tasks()) seen_b.insert(t.worker_address());
+  CHECK(seen_b == Set{"hostB:1", "hostB:2"});
+  // An ANY client makes a job take every worker; LOCAL from a host without workers takes none
+  // (the client waits for a local worker).
+  service::GetOrCreateJobResponse any;
+  REQUIRE(d.Job(ds, service::SHARDING_OFF, "", &any, 1, service::TARGET_WORKERS_ANY, "hostZ").ok());
+  CHECK(WorkersOf(d, any.job_id()).size() == 5);
+  service::GetOrCreateJobResponse nowhere;
+  REQUIRE(d.Job(ds, service::SHARDING_DYNAMIC, "", &nowhere, 1, service::TARGET_WORKERS_LOCAL, "hostZ").ok());
+  CHECK(WorkersOf(d, nowhere.job_id()).empty());
+  CHECK(d.TaskOf("hostZ:1", nowhere.job_id()) > 0);
+}
+
+TEST_CASE("locality: LOCAL under dynamic sharding completes an epoch on the local workers alone") {
+  ServiceHarness h("");
+  Driver d{h.service()};
+  const std::string ds = d.Register(RangePipeline(60, 10));  // 6 splits
+  d.Heartbeat("hostA:1");
+  d.Heartbeat("hostB:1");
+  service::GetOrCreateJobResponse job;
+  REQUIRE(d.Job(ds, service::SHARDING_DYNAMIC, "", &job, 1, service::TARGET_WORKERS_LOCAL, "hostA").ok());
+  const int64_t task = d.TaskOf("hostA:1", job.job_id());
+  REQUIRE(task > 0);
+  CHECK(d.TaskOf("hostB:1", job.job_id()) == 0);
+  std::vector<uint64_t> got = Indices(d.MustSplits(task, 8));
+  CHECK(got.size() == 6);
+  auto end = d.MustSplits(task, 8, got);
+  CHECK(end.end_of_splits());
+  d.Heartbeat("hostA:1", {task}, false, {task});
+  CHECK(d.JobInfo(job.job_id()).finished());
+}
+
+TEST_CASE("locality: a dynamic task no remaining client reads gives its splits back") {
+  ServiceHarness h("");
+  Driver d{h.service()};
+  const std::string ds = d.Register(RangePipeline(60, 10));  // 6 splits
+  d.Heartbeat("hostA:1");
+  d.Heartbeat("hostB:1");
+  service::GetOrCreateJobResponse a, b;
+  REQUIRE(d.Job(ds, service::SHARDING_DYNAMIC, "shared", &a, 1, service::TARGET_WORKERS_LOCAL, "hostA").ok());
+  REQUIRE(d.Job(ds, service::SHARDING_DYNAMIC, "shared", &b, 1, service::TARGET_WORKERS_LOCAL, "hostB").ok());
+  const int64_t ta = d.TaskOf("hostA:1", a.job_id());
+  const int64_t tb = d.TaskOf("hostB:1", a.job_id());
+  REQUIRE(ta > 0);
+  REQUIRE(tb > 0);
+  CHECK(Indices(d.MustSplits(tb, 2)) == std::vector<uint64_t>{0, 1});  // hostB took two, unstarted
+  service::ReleaseJobClientRequest release;
+  release.set_job_client_id(b.job_client_id());
+  service::ReleaseJobClientResponse released;
+  REQUIRE(h.service().ReleaseJobClient(release, &released).ok());
+  // hostB's task is finished (no one reads it); its splits come back to hostA.
+  std::vector<uint64_t> got = Indices(d.MustSplits(ta, 8));
+  CHECK(got == std::vector<uint64_t>{0, 1, 2, 3, 4, 5});
+  CHECK(d.MustSplits(ta, 8, got).end_of_splits());
+}
+
+TEST_CASE("locality: AUTO under SHARDING_OFF finishes when the local tasks it reads are done") {
+  ServiceHarness h("");
+  Driver d{h.service()};
+  const std::string ds = d.Register(RangePipeline(10, 10));
+  d.Heartbeat("hostB:1");
+  service::GetOrCreateJobResponse job;
+  // No worker on hostA yet: AUTO reads the remote one.
+  REQUIRE(d.Job(ds, service::SHARDING_OFF, "", &job, 1, service::TARGET_WORKERS_AUTO, "hostA").ok());
+  const int64_t remote = d.TaskOf("hostB:1", job.job_id());
+  REQUIRE(remote > 0);
+  // A local worker arrives: the job gets a task there, and the client reads only it.
+  const int64_t local = d.TaskOf("hostA:1", job.job_id());
+  REQUIRE(local > 0);
+  auto listed = d.Client(job.job_client_id());
+  REQUIRE(listed.tasks_size() == 1);
+  CHECK(listed.tasks(0).task_id() == local);
+  // The remote task, no longer read, does not hold the job up.
+  d.Heartbeat("hostA:1", {local}, false, {local});
+  CHECK(d.JobInfo(job.job_id()).finished());
+}
+
+TEST_CASE("locality: static sharding with LOCAL fixes the shards over the client's host's workers") {
+  ServiceHarness h("");
+  Driver d{h.service()};
+  const std::string ds = d.Register(RangePipeline(100, 10));
+  d.Heartbeat("hostA:1");
+  d.Heartbeat("hostA:2");
+  d.Heartbeat("hostB:1");
+  service::GetOrCreateJobResponse job;
+  REQUIRE(d.Job(ds, service::SHARDING_FILE, "", &job, 1, service::TARGET_WORKERS_LOCAL, "hostA").ok());
+  std::map<std::string, std::pair<int32_t, int32_t>> shards;
+  for (const std::string w : {"hostA:1", "hostA:2", "hostB:1"}) {
+    const auto heartbeat = d.Heartbeat(w);
+    for (const auto& t : heartbeat.new_tasks()) {
+      if (t.job_id() == job.job_id()) shards[w] = {t.worker_index(), t.num_workers()};
+    }
+  }
+  CHECK(shards.size() == 2);
+  CHECK(shards["hostA:1"] == std::make_pair(0, 2));
+  CHECK(shards["hostA:2"] == std::make_pair(1, 2));
+  service::GetOrCreateJobResponse none;
+  absl::Status s = d.Job(ds, service::SHARDING_DATA, "", &none, 1, service::TARGET_WORKERS_LOCAL, "hostZ");
+  CHECK(s.code() == absl::StatusCode::kUnavailable);
+  CHECK(Contains(s, "no worker on the client's host 'hostZ'"));
+}
+
+// ---------------------------------------------------------------- plugins
+
+TEST_CASE("plugins: a pipeline naming a plugin outside --plugin_dir is refused before anything loads it") {
+  TempDir allowed;
+  TempDir outside;
+  const std::string real = sluice::testing::BinaryDir() + "/dataplane/pipeline/libsluice_test_plugin.so";
+  std::filesystem::copy_file(real, allowed.File("libops.so"));
+  std::filesystem::copy_file(real, outside.File("libevil.so"));
+  std::filesystem::create_symlink(outside.File("libevil.so"), allowed.File("link-out.so"));
+  auto with_plugin = [](const std::string& path) {
+    pipeline::PipelineDef def = RangePipeline(10, 5);
+    def.add_plugins()->set_path(path);
+    return def;
+  };
+  auto refused = [](Driver& d, const pipeline::PipelineDef& def) {
+    service::RegisterDatasetRequest req;
+    *req.mutable_pipeline() = def;
+    service::RegisterDatasetResponse resp;
+    return d.svc.RegisterDataset(req, &resp);
+  };
+
+  SECTION("without --plugin_dir every plugin is refused") {
+    ServiceHarness h("");
+    Driver d{h.service()};
+    absl::Status s = refused(d, with_plugin(allowed.File("libops.so")));
+    CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+    CHECK(Contains(s, allowed.File("libops.so")));
+    CHECK(Contains(s, "--plugin_dir"));
+    CHECK(d.State().jobs_size() == 0);
+  }
+  SECTION("with --plugin_dir: inside loads; outside, via .. or a symlink, is refused") {
+    DispatcherOptions options;
+    options.plugin_dirs = {allowed.path().string()};
+    ServiceHarness h("", options);
+    Driver d{h.service()};
+    for (const std::string& bad : {outside.File("libevil.so"), allowed.File("../") + outside.path().filename().string() + "/libevil.so",
+                                   allowed.File("link-out.so"), std::string("libops.so"), allowed.File("missing.so")}) {
+      absl::Status s = refused(d, with_plugin(bad));
+      INFO(bad << ": " << s.ToString());
+      CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+      CHECK(Contains(s, "plugins[0]"));
+      CHECK(Contains(s, "--plugin_dir"));
+    }
+    // The real plugin, inside the allowed directory, registers.
+    auto spec = pipeline::ParsePipelineSpec(
+        absl::StrCat("plugins: ['", allowed.File("libops.so"),
+                     "']\nsource: {range: {stop: 4}}\nsteps:\n  - add_constant: {config: {field: value, add: 10}}\n"),
+        "plugin.yaml");
+    REQUIRE(spec.ok());
+    const std::string id = d.Register(*spec);
+    CHECK(!id.empty());
+  }
+}
+
+// ---------------------------------------------------------------- default pipeline and sharing
+
+TEST_CASE("default pipeline: an empty dataset_id reads it - without one it is FAILED_PRECONDITION") {
+  TempDir dir;
+  const std::string journal = dir.File("journal");
+  std::string default_id;
+  {
+    ServiceHarness h(journal);
+    Driver d{h.service()};
+    d.Heartbeat("w1:1");
+    service::GetOrCreateJobResponse job;
+    absl::Status s = d.Job("", service::SHARDING_DYNAMIC, "train", &job);
+    CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+    CHECK(s.message() == "dataset_id is empty and this dispatcher serves no default pipeline (start it with --pipeline)");
+    CHECK(d.State().jobs_size() == 0);
+    CHECK(d.State().default_dataset_id().empty());
+    auto id = h.service().SetDefaultPipeline(RangePipeline(30, 10));
+    REQUIRE(id.ok());
+    default_id = *id;
+    CHECK(d.State().default_dataset_id() == default_id);
+    REQUIRE(d.Job("", service::SHARDING_DYNAMIC, "train", &job).ok());
+    CHECK(job.dataset_id() == default_id);
+    CHECK(d.JobInfo(job.job_id()).spec().dataset_id() == default_id);
+    // A second client naming the dataset explicitly joins the same job.
+    service::GetOrCreateJobResponse same;
+    REQUIRE(d.Job(default_id, service::SHARDING_DYNAMIC, "train", &same).ok());
+    CHECK(same.job_id() == job.job_id());
+    // Retention never forgets the default dataset, even unused.
+    h.clock().Advance(absl::Hours(10));
+    h.service().Tick();
+    h.clock().Advance(absl::Hours(10));
+    h.service().Tick();
+    service::GetOrCreateJobResponse later;
+    REQUIRE(d.Job("", service::SHARDING_OFF, "", &later).ok());
+  }
+  {
+    // Registered through the journal like any dataset: after a restart it is known (the binary
+    // registers its --pipeline again at every start).
+    ServiceHarness h(journal);
+    REQUIRE(h.start_status().ok());
+    Driver d{h.service()};
+    CHECK(d.State().default_dataset_id().empty());
+    auto id = h.service().SetDefaultPipeline(RangePipeline(30, 10));
+    REQUIRE(id.ok());
+    CHECK(*id == default_id);
+  }
+}
+
+TEST_CASE("sharing default: --sharing makes OFF jobs cross-job shared unless they say otherwise") {
+  DispatcherOptions options;
+  options.default_cross_job_sharing = true;
+  ServiceHarness h("", options);
+  Driver d{h.service()};
+  const std::string ds = d.Register(RangePipeline(30, 10));
+  d.Heartbeat("w1:1");
+  auto job_with = [&](service::ShardingPolicy sharding, std::optional<bool> sharing, const std::string& name = "") {
+    service::GetOrCreateJobRequest req;
+    req.mutable_spec()->set_dataset_id(ds);
+    req.mutable_spec()->set_sharding(sharding);
+    req.mutable_spec()->set_job_name(name);
+    if (sharing) req.mutable_spec()->set_cross_job_sharing(*sharing);
+    req.set_client_host("h");
+    service::GetOrCreateJobResponse resp;
+    absl::Status s = h.service().GetOrCreateJob(req, &resp);
+    INFO(s.ToString());
+    REQUIRE(s.ok());
+    return d.JobInfo(resp.job_id()).spec();
+  };
+  CHECK(job_with(service::SHARDING_OFF, std::nullopt).cross_job_sharing());
+  CHECK(!job_with(service::SHARDING_OFF, false).cross_job_sharing());
+  CHECK(!job_with(service::SHARDING_DYNAMIC, std::nullopt).cross_job_sharing());
+  // The task the worker gets says so.
+  auto shared = job_with(service::SHARDING_OFF, std::nullopt, "shared");
+  CHECK(shared.has_cross_job_sharing());
+  bool sharing_task = false;
+  const auto heartbeat = d.Heartbeat("w1:1");
+  for (const auto& t : heartbeat.new_tasks()) sharing_task |= t.cross_job_sharing();
+  CHECK(sharing_task);
+  // A named job compares the resolved value: unset matches a shared job, false does not.
+  service::GetOrCreateJobRequest again;
+  again.mutable_spec()->set_dataset_id(ds);
+  again.mutable_spec()->set_job_name("shared");
+  service::GetOrCreateJobResponse resp;
+  CHECK(h.service().GetOrCreateJob(again, &resp).ok());
+  again.mutable_spec()->set_cross_job_sharing(false);
+  absl::Status s = h.service().GetOrCreateJob(again, &resp);
+  CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(Contains(s, "cross_job_sharing true, request has false"));
+
+  ServiceHarness plain("");
+  Driver p{plain.service()};
+  const std::string ds2 = p.Register(RangePipeline(30, 10));
+  service::GetOrCreateJobRequest req;
+  req.mutable_spec()->set_dataset_id(ds2);
+  service::GetOrCreateJobResponse r2;
+  REQUIRE(plain.service().GetOrCreateJob(req, &r2).ok());
+  CHECK(!p.JobInfo(r2.job_id()).spec().cross_job_sharing());
 }
 
 // The dispatcher's own gauges and counters, read from its registry: unfinished jobs, the journal's

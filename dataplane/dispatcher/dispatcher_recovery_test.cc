@@ -138,7 +138,7 @@ TEST_CASE("compaction keeps the state equal, bounds the journal and shortens rep
   CHECK(compacted.recovered().snapshot->updates_size() < 20);
 }
 
-TEST_CASE("a torn tail drops only the last update; its splits are handed out again") {
+TEST_CASE("a torn tail drops only the last update - its splits are handed out again") {
   TempDir dir;
   ServiceHarness h(dir.path().string());
   REQUIRE(h.start_status().ok());

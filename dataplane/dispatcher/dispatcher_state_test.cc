@@ -297,7 +297,7 @@ TEST_CASE("dynamic sharding hands out the queue front and never re-queues a star
   CHECK(s.FindJob(1)->splits_served == 8);
 }
 
-TEST_CASE("a lost task's leased splits come back as remainders; unleased ones count as read") {
+TEST_CASE("a lost task's leased splits come back as remainders - unleased ones count as read") {
   DispatcherState s = DynamicJob(6);
   MustApply(s, Assign(1, 1, {0, 1}));
   MustApply(s, Start(1, 1, {0, 1}));
@@ -343,7 +343,7 @@ TEST_CASE("a lost task's leased splits come back as remainders; unleased ones co
   CHECK(s.FindJob(1)->splits->exhausted);
 }
 
-TEST_CASE("a finished task's unfinished leased split comes back too; a new epoch forgets leases") {
+TEST_CASE("a finished task's unfinished leased split comes back too - a new epoch forgets leases") {
   DispatcherState s = DynamicJob(2, 2);
   MustApply(s, Assign(1, 1, {0, 1}));
   MustApply(s, Start(1, 1, {0, 1}));
@@ -362,7 +362,7 @@ TEST_CASE("a finished task's unfinished leased split comes back too; a new epoch
   CHECK(Queue(s, 1) == std::vector<uint64_t>{0, 1});
 }
 
-TEST_CASE("epochs advance when every live task reached the end; the last epoch exhausts") {
+TEST_CASE("epochs advance when every live task reached the end - the last epoch exhausts") {
   DispatcherState s = DynamicJob(2, 2);
   MustFail(s, EpochEnd(1, 1, 0), absl::StatusCode::kFailedPrecondition, "2 splits not started");
   MustApply(s, Assign(1, 1, {0}));

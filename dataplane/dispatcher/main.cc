@@ -28,6 +28,7 @@
 #include "dataplane/dispatcher/dispatcher_metrics.h"
 #include "dataplane/dispatcher/grpc_dispatcher.h"
 #include "dataplane/dispatcher/journal.h"
+#include "dataplane/pipeline/plugin.h"
 #include "prometheus/registry.h"
 
 namespace sluice::dispatcher {
@@ -76,6 +77,15 @@ int Fail(const absl::Status& status, absl::string_view what) {
 int Run(const DispatcherFlags& flags, const sigset_t& signals) {
   log::SetComponent("dispatcher");
   log::SetMinLevel(LevelFromName(flags.log_level));
+  // Pipelines come from clients: plugins load only from the allowed directories (the service
+  // refuses others with FAILED_PRECONDITION first; this also covers every other path to dlopen).
+  if (absl::Status s = pipeline::RestrictPlugins(flags.plugin_dirs, "--plugin_dir"); !s.ok()) {
+    return Fail(s, "bad --plugin_dir");
+  }
+  // The default pipeline is read (and its plugins checked) before anything else starts, so a bad
+  // one stops the dispatcher at once with the source named.
+  auto default_pipeline = LoadDefaultPipeline(flags);
+  if (!default_pipeline.ok()) return Fail(default_pipeline.status(), "cannot load the default pipeline");
 
   auto registry = std::make_shared<prometheus::Registry>();
   DispatcherMetrics metrics(*registry, flags.dataservice);
@@ -105,6 +115,16 @@ int Run(const DispatcherFlags& flags, const sigset_t& signals) {
   RealClock clock;
   DispatcherService service(ServiceOptionsFromFlags(flags), &clock, journal.get(), &metrics);
   if (absl::Status s = service.Recover(recovered); !s.ok()) return Fail(s, "cannot replay the journal");
+  if (default_pipeline->has_value()) {
+    auto id = service.SetDefaultPipeline((*default_pipeline)->def);
+    if (!id.ok()) {
+      return Fail(absl::Status(id.status().code(), absl::StrCat((*default_pipeline)->source, ": ", id.status().message())),
+                  "cannot register the default pipeline");
+    }
+    SLUICE_LOG(Info, "default pipeline registered")
+        .With("source", (*default_pipeline)->source)
+        .With("dataset_id", *id);
+  }
   if (journal != nullptr) {
     SLUICE_LOG(Info, "journal replayed")
         .With("dir", flags.journal_dir)
@@ -130,7 +150,8 @@ int Run(const DispatcherFlags& flags, const sigset_t& signals) {
   SLUICE_LOG(Info, "listening")
       .With("port", (*server)->port())
       .With("metrics_port", admin != nullptr ? admin->port() : -1)
-      .With("dataservice", flags.dataservice);
+      .With("dataservice", flags.dataservice)
+      .With("sharing", flags.sharing);
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);

@@ -1,11 +1,18 @@
 #include "dataplane/pipeline/plugin.h"
 
 #include <dlfcn.h>
+#include <limits.h>
+#include <stdlib.h>
 
+#include <cerrno>
+#include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "dataplane/pipeline/op.h"
 #include "dataplane/pipeline/sluice_plugin.h"
@@ -97,10 +104,92 @@ std::set<std::string>& Loaded() {
   return *loaded;
 }
 
+// RestrictPlugins' allow-list (resolved directories) and flag name; unset: unrestricted.
+struct Restriction {
+  std::vector<std::string> dirs;
+  std::string flag;
+};
+std::optional<Restriction>& CurrentRestriction() {
+  static auto* restriction = new std::optional<Restriction>();
+  return *restriction;
+}
+
+std::optional<std::string> RealPath(const std::string& path, std::string* error) {
+  char buffer[PATH_MAX];
+  if (::realpath(path.c_str(), buffer) == nullptr) {
+    *error = std::strerror(errno);
+    return std::nullopt;
+  }
+  return std::string(buffer);
+}
+
 }  // namespace
 
-absl::Status LoadPlugin(const std::string& path) {
+absl::StatusOr<std::vector<std::string>> ResolvePluginDirs(const std::vector<std::string>& dirs, absl::string_view flag) {
+  std::vector<std::string> resolved;
+  for (const std::string& dir : dirs) {
+    if (dir.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, ": an empty directory name"));
+    std::string error;
+    std::optional<std::string> real = RealPath(dir, &error);
+    if (!real) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot resolve '", dir, "': ", error));
+    resolved.push_back(*real);
+  }
+  return resolved;
+}
+
+absl::StatusOr<std::string> CheckPluginPath(const std::string& path, const std::vector<std::string>& resolved_dirs,
+                                            absl::string_view flag) {
+  if (resolved_dirs.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("plugin '", path, "' is refused: this process loads no plugins sent to it (start it with ",
+                                                      flag, "=DIR to allow plugins under DIR)"));
+  }
+  const std::string allowed = absl::StrJoin(resolved_dirs, ", ");
+  if (path.find('/') == std::string::npos) {
+    return absl::FailedPreconditionError(absl::StrCat("plugin '", path, "' has no directory (dlopen would search the library path); give its path under ",
+                                                      flag, " (", allowed, ")"));
+  }
+  std::string error;
+  std::optional<std::string> real = RealPath(path, &error);
+  if (!real) {
+    return absl::FailedPreconditionError(absl::StrCat("plugin '", path, "' cannot be resolved (", error,
+                                                      "); plugins must be files under ", flag, " (", allowed, ")"));
+  }
+  for (const std::string& dir : resolved_dirs) {
+    if (dir == "/" || absl::StartsWith(*real, dir + "/")) return *real;
+  }
+  return absl::FailedPreconditionError(absl::StrCat("plugin '", path, "' (resolved: '", *real, "') is outside ", flag,
+                                                    " (", allowed, "); add its directory with ", flag,
+                                                    " to allow it"));
+}
+
+absl::Status CheckPipelinePlugins(const PipelineDef& def, const std::vector<std::string>& resolved_dirs,
+                                  absl::string_view flag) {
+  for (int i = 0; i < def.plugins_size(); ++i) {
+    auto checked = CheckPluginPath(def.plugins(i).path(), resolved_dirs, flag);
+    if (!checked.ok()) {
+      return absl::Status(checked.status().code(), absl::StrCat("plugins[", i, "]: ", checked.status().message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RestrictPlugins(const std::vector<std::string>& dirs, const std::string& flag) {
+  auto resolved = ResolvePluginDirs(dirs, flag);
+  if (!resolved.ok()) return resolved.status();
   absl::MutexLock lock(&loaded_mu);
+  CurrentRestriction() = Restriction{*std::move(resolved), flag};
+  return absl::OkStatus();
+}
+
+absl::Status LoadPlugin(const std::string& requested_path) {
+  absl::MutexLock lock(&loaded_mu);
+  std::string path = requested_path;
+  if (const std::optional<Restriction>& restriction = CurrentRestriction(); restriction.has_value()) {
+    // Load what was checked: the resolved path (no symlink left to swap afterwards).
+    auto checked = CheckPluginPath(requested_path, restriction->dirs, restriction->flag);
+    if (!checked.ok()) return checked.status();
+    path = *std::move(checked);
+  }
   if (Loaded().count(path) != 0) return absl::OkStatus();
   void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {

@@ -125,10 +125,10 @@ class PyClient {
  public:
   PyClient(const std::string& address, std::optional<std::string> spec_text, const std::string& spec_filename,
            std::optional<std::string> spec_path, const std::string& dataset_id, const std::string& job_name,
-           const std::string& sharding, int num_consumers, int consumer_index, bool cross_job_sharing,
+           const std::string& sharding, int num_consumers, int consumer_index, std::optional<bool> cross_job_sharing,
            int64_t num_epochs, const std::string& compression, const std::string& target_workers,
            const std::string& client_host, const std::string& tls_ca, const std::string& tls_cert,
-           const std::string& tls_key, const std::string& tls_server_name, int max_outstanding_requests,
+           const std::string& tls_key, const std::string& tls_server_name, std::optional<int> max_outstanding_requests,
            int64_t max_buffered_bytes, double heartbeat_interval_s, double create_timeout_s) {
     client::DataServiceClientOptions o;
     o.dispatcher_address = address;
@@ -162,7 +162,7 @@ class PyClient {
     o.tls.cert_file = tls_cert;
     o.tls.key_file = tls_key;
     o.tls.server_name_override = tls_server_name;
-    o.max_outstanding_requests = max_outstanding_requests;
+    if (max_outstanding_requests) o.max_outstanding_requests = *max_outstanding_requests;
     o.max_buffered_bytes = max_buffered_bytes;
     o.heartbeat_interval = absl::Seconds(heartbeat_interval_s);
     o.create_timeout = absl::Seconds(create_timeout_s);
@@ -306,16 +306,17 @@ PYBIND11_MODULE(_sluice, m) {
 
   py::class_<PyClient>(m, "Client")
       .def(py::init<const std::string&, std::optional<std::string>, const std::string&, std::optional<std::string>,
-                    const std::string&, const std::string&, const std::string&, int, int, bool, int64_t,
+                    const std::string&, const std::string&, const std::string&, int, int, std::optional<bool>, int64_t,
                     const std::string&, const std::string&, const std::string&, const std::string&,
-                    const std::string&, const std::string&, const std::string&, int, int64_t, double, double>(),
+                    const std::string&, const std::string&, const std::string&, std::optional<int>, int64_t, double,
+                    double>(),
            py::arg("address"), py::arg("spec_text") = py::none(), py::arg("spec_filename") = "<string>",
            py::arg("spec_path") = py::none(), py::arg("dataset_id") = "", py::arg("job_name") = "",
            py::arg("sharding") = "off", py::arg("num_consumers") = 0, py::arg("consumer_index") = -1,
-           py::arg("cross_job_sharing") = false, py::arg("num_epochs") = 1, py::arg("compression") = "auto",
+           py::arg("cross_job_sharing") = py::none(), py::arg("num_epochs") = 1, py::arg("compression") = "auto",
            py::arg("target_workers") = "auto", py::arg("client_host") = "", py::arg("tls_ca") = "",
            py::arg("tls_cert") = "", py::arg("tls_key") = "", py::arg("tls_server_name") = "",
-           py::arg("max_outstanding_requests") = 0, py::arg("max_buffered_bytes") = int64_t{256} << 20,
+           py::arg("max_outstanding_requests") = py::none(), py::arg("max_buffered_bytes") = int64_t{256} << 20,
            py::arg("heartbeat_interval_s") = 0.5, py::arg("create_timeout_s") = 60.0)
       .def("next", &PyClient::Next, "The next element (dict of NumPy arrays), or None at the end.")
       .def("begin_step", &PyClient::BeginStep)

@@ -72,10 +72,13 @@ grpc::ChannelArguments MakeChannelArguments(int max_message_bytes, const std::st
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  // Reconnect quickly after a dispatcher or worker restart.
+  // Reconnect quickly after a dispatcher or worker restart: the first retry after 100 ms. gRPC
+  // also takes GRPC_ARG_MIN_RECONNECT_BACKOFF_MS as the least time a connection attempt may take
+  // (its minimum connect timeout), so that one stays at kMinConnectTimeoutMs: a TCP + TLS handshake
+  // cut off after 100 ms on a loaded machine fails over and over ("tcp handshaker shutdown").
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kMinConnectTimeoutMs);
   if (!server_name_override.empty()) args.SetSslTargetNameOverride(server_name_override);
   return args;
 }

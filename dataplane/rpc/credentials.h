@@ -23,6 +23,10 @@ struct TlsOptions {
 };
 
 inline constexpr int kDefaultMaxMessageBytes = 256 << 20;
+// The least time a connection attempt is given (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, which gRPC also
+// uses as its minimum connect timeout). A refused connection still fails at once and is retried
+// after the (shorter) initial backoff.
+inline constexpr int kMinConnectTimeoutMs = 2000;
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(const TlsOptions& tls);
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(const TlsOptions& tls);

@@ -169,7 +169,7 @@ TEST_CASE("worker_encoding: AUTO leaves small elements uncompressed and compress
   CHECK_THAT(std::string(bad.status().message()), Catch::Contains("compression: unknown value 77"));
 }
 
-TEST_CASE("worker_encoding: Recode keeps an element in its codec or transcodes it; FillElementData copies") {
+TEST_CASE("worker_encoding: Recode keeps an element in its codec or transcodes it - FillElementData copies") {
   auto encoded = EncodeForWire(BigElement(64 << 10), service::COMPRESSION_LZ4);
   REQUIRE(encoded.ok());
   EncodedElementPtr shared = *encoded;

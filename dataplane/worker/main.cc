@@ -12,6 +12,7 @@
 #include "common/admin_server.h"
 #include "common/log.h"
 #include "common/runtime_tuning.h"
+#include "dataplane/pipeline/plugin.h"
 #include "dataplane/rpc/credentials.h"
 #include "dataplane/worker/grpc_worker.h"
 #include "dataplane/worker/worker_flags.h"
@@ -57,6 +58,9 @@ int Run(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // Task pipelines come from the dispatcher (and so from any client): plugins load only from the
+  // allowed directories, also where the explicit check could be bypassed.
+  if (absl::Status s = pipeline::RestrictPlugins(flags.plugin_dirs, "--plugin_dir"); !s.ok()) return Fail(s);
   const rpc::TlsOptions tls = TlsFromFlags(flags);
   WorkerServerOptions server_options;
   server_options.listen_address = absl::StrCat(flags.listen_host, ":", flags.port);
@@ -99,6 +103,7 @@ int Run(int argc, char** argv) {
       .With("worker_address", config->worker_address)
       .With("dispatcher_address", flags.dispatcher_address)
       .With("placement", flags.placement)
+      .With("worker_host", config->worker_host)
       .With("tls", tls.enabled());
   worker->Start();
 

@@ -335,7 +335,7 @@ TEST_CASE("worker_split_provider: position leases go with the start, are renewed
   CHECK(provider.RenewLease(split, 0).status().code() == absl::StatusCode::kInternal);
 }
 
-TEST_CASE("worker_split_provider: a remainder's first lease starts past its skip; failed reports are re-sent") {
+TEST_CASE("worker_split_provider: a remainder's first lease starts past its skip - failed reports are re-sent") {
   FakeDispatcher fake;
   std::vector<pipeline::Split> splits = MakeSplits(1);
   splits[0].skip = 100;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "dataplane/pipeline/plugin.h"
 #include "dataplane/pipeline/spec_parser.h"
 
 namespace sluice::worker {
@@ -234,6 +235,14 @@ absl::StatusOr<pipeline::PipelineDef> TaskPipelineDef(const service::TaskDef& ta
 absl::StatusOr<std::unique_ptr<ElementProducer>> MakeElementProducer(const service::TaskDef& task,
                                                                      const TaskRunnerEnv& env) {
   if (auto s = ValidateTask(task); !s.ok()) return s;
+  if (task.pipeline().plugins_size() > 0) {
+    // Checked before the pipeline is canonicalized (which loads the plugins).
+    auto dirs = pipeline::ResolvePluginDirs(env.options.plugin_dirs, "--plugin_dir");
+    if (!dirs.ok()) return Annotate(absl::FailedPreconditionError(dirs.status().message()), task, "pipeline");
+    if (auto s = pipeline::CheckPipelinePlugins(task.pipeline(), *dirs, "--plugin_dir"); !s.ok()) {
+      return Annotate(s, task, "pipeline");
+    }
+  }
   auto def = TaskPipelineDef(task);
   if (!def.ok()) return def.status();
   if (task.cross_job_sharing() && env.sharing != nullptr) {

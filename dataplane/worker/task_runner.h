@@ -50,6 +50,10 @@ struct TaskRunnerOptions {
   absl::Duration round_timeout = absl::Seconds(1);
   pipeline::RuntimeOptions runtime;         // cpu budget for the task pipelines
   SplitProviderOptions splits;
+  // Plugins a task's pipeline may name: only libraries inside these directories (symlinks and ".."
+  // resolved; see pipeline::CheckPluginPath). Empty: a task naming any plugin fails (its readers
+  // get FAILED_PRECONDITION naming the plugin and --plugin_dir).
+  std::vector<std::string> plugin_dirs;
 };
 
 // What runners need from the worker. Pointers may be null where not needed (dispatcher: only

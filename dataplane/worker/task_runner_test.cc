@@ -5,10 +5,12 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 #include <thread>
 
 #include "dataplane/worker/worker_test_util.h"
+#include "testing/test_util.h"
 
 namespace sluice::worker {
 namespace {
@@ -221,6 +223,35 @@ TEST_CASE("worker_task_runner rejects a bad task def, naming the field, to every
   bad_pipeline.mutable_pipeline()->mutable_source()->set_kind("no_such_source");
   CHECK_THAT(std::string(CreateTaskRunner(bad_pipeline, Env())->GetNextBatch(1, 1, nullptr).status().message()),
              Catch::Contains("task_id 11"));
+}
+
+TEST_CASE("worker_task_runner refuses a pipeline naming a plugin outside --plugin_dir, to every reader") {
+  sluice::testing::TempDir allowed;
+  sluice::testing::TempDir outside;
+  for (const auto* dir : {&allowed, &outside}) {
+    std::filesystem::copy_file(sluice::testing::BinaryDir() + "/dataplane/pipeline/libsluice_test_plugin.so",
+                               dir->File("libops.so"));
+  }
+  service::TaskDef task = MakeTask(12, "source: {range: {stop: 5}}\n");
+  task.mutable_pipeline()->add_plugins()->set_path(outside.File("libops.so"));
+  TaskRunnerEnv env = Env();
+  // No --plugin_dir: every plugin is refused.
+  auto batch = CreateTaskRunner(task, env)->GetNextBatch(1, 1, nullptr);
+  REQUIRE_FALSE(batch.ok());
+  CHECK(batch.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(batch.status().message()),
+             Catch::Contains("task_id 12") && Catch::Contains(outside.File("libops.so")) && Catch::Contains("--plugin_dir"));
+  // Outside the allowed directory (also through ..): refused; inside: the pipeline runs.
+  env.options.plugin_dirs = {allowed.path().string()};
+  auto outside_runner = CreateTaskRunner(task, env);
+  CHECK(outside_runner->GetNextBatch(1, 1, nullptr).status().code() == absl::StatusCode::kFailedPrecondition);
+  task.mutable_pipeline()->mutable_plugins(0)->set_path(allowed.File("../") + outside.path().filename().string() +
+                                                        "/libops.so");
+  CHECK(CreateTaskRunner(task, env)->GetNextBatch(1, 1, nullptr).status().code() ==
+        absl::StatusCode::kFailedPrecondition);
+  task.mutable_pipeline()->mutable_plugins(0)->set_path(allowed.File("libops.so"));
+  auto runner = CreateTaskRunner(task, env);
+  CHECK(ReadAll(*runner) == std::vector<int64_t>{0, 1, 2, 3, 4});
 }
 
 TEST_CASE("worker_task_runner Stop wakes readers with the reason") {

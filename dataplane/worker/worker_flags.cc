@@ -1,8 +1,11 @@
 #include "dataplane/worker/worker_flags.h"
 
+#include <limits.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <algorithm>
 #include <fstream>
 #include <map>
@@ -12,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/match.h"
 #include "common/admin_server.h"
+#include "dataplane/pipeline/plugin.h"
 
 namespace sluice::worker {
 namespace {
@@ -23,7 +27,13 @@ void AddFlags(CLI::App& app, WorkerFlags& f) {
   app.add_option("--listen_host", f.listen_host, "address the servers bind to");
   app.add_option("--dispatcher_address", f.dispatcher_address, "dispatcher host:port (required)");
   app.add_option("--worker_address", f.worker_address, "host:port clients dial; the worker's identity (default 127.0.0.1:<port>)");
-  app.add_option("--host", f.host, "the worker's host for locality (default: host part of --worker_address)");
+  app.add_option("--host", f.host,
+                 "the worker's host for locality, compared with the clients' hosts (default: $SLUICE_WORKER_HOST, "
+                 "else the machine's hostname)");
+  app.add_option("--plugin_dir", f.plugin_dirs,
+                 "directory whose element-op plugins task pipelines may load (repeatable or comma-separated; "
+                 "symlinks resolved); without it every pipeline naming a plugin is refused")
+      ->delimiter(',');
   app.add_option("--placement", f.placement, "local (next to trainers) or remote (CPU node)");
   app.add_option("--dataservice", f.dataservice, "DataService name, as the metrics' dataservice label");
   app.add_option("--heartbeat_interval_ms", f.heartbeat_interval_ms, "heartbeat period");
@@ -142,6 +152,7 @@ absl::Status Validate(const WorkerFlags& f) {
            {"split_lease_max_elements", f.split_lease_max_elements}}) {
     if (auto s = positive(name, value); !s.ok()) return s;
   }
+  if (auto dirs = pipeline::ResolvePluginDirs(f.plugin_dirs, "--plugin_dir"); !dirs.ok()) return dirs.status();
   if (f.task_wait_ms < 0) return absl::InvalidArgumentError(absl::StrCat("--task_wait_ms: must be >= 0, got ", f.task_wait_ms));
   if (f.cpu_budget < 0) return absl::InvalidArgumentError(absl::StrCat("--cpu_budget: must be >= 0, got ", f.cpu_budget));
   static const std::set<std::string> kLevels = {"debug", "info", "warning", "error"};
@@ -194,16 +205,27 @@ absl::StatusOr<ParsedFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   return parsed;
 }
 
+std::string ResolveWorkerHost(const std::string& flag, const std::string& worker_address) {
+  if (!flag.empty()) return flag;
+  if (const char* env = std::getenv("SLUICE_WORKER_HOST"); env != nullptr && env[0] != '\0') return env;
+  char name[HOST_NAME_MAX + 1] = {};
+  if (gethostname(name, sizeof(name) - 1) == 0 && name[0] != '\0') return name;
+  auto hp = SplitHostPort(worker_address);
+  return hp.ok() ? hp->first : std::string();
+}
+
 absl::StatusOr<WorkerConfig> MakeWorkerConfig(const WorkerFlags& flags, int port) {
   WorkerConfig config;
   config.worker_address = flags.worker_address.empty() ? absl::StrCat("127.0.0.1:", port) : flags.worker_address;
-  if (!flags.host.empty()) {
-    config.worker_host = flags.host;
-  } else {
-    auto hp = SplitHostPort(config.worker_address);
-    if (!hp.ok()) return absl::InvalidArgumentError(absl::StrCat("--worker_address: ", hp.status().message()));
-    config.worker_host = hp->first;
+  if (auto hp = SplitHostPort(config.worker_address); !hp.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--worker_address: ", hp.status().message()));
   }
+  // Clients default to their hostname too (client_host / $SLUICE_CLIENT_HOST), so a worker and a
+  // trainer on one machine match out of the box; in Kubernetes both are set to the node's name.
+  config.worker_host = ResolveWorkerHost(flags.host, config.worker_address);
+  auto plugin_dirs = pipeline::ResolvePluginDirs(flags.plugin_dirs, "--plugin_dir");
+  if (!plugin_dirs.ok()) return plugin_dirs.status();
+  config.runner.plugin_dirs = *std::move(plugin_dirs);
   config.placement = flags.placement == "local" ? service::PLACEMENT_LOCAL : service::PLACEMENT_REMOTE;
   config.heartbeat_interval = absl::Milliseconds(flags.heartbeat_interval_ms);
   config.unknown_task_wait = absl::Milliseconds(flags.task_wait_ms);

@@ -21,7 +21,8 @@ struct WorkerFlags {
   std::string listen_host = "0.0.0.0";
   std::string dispatcher_address;
   std::string worker_address;          // default 127.0.0.1:<port>
-  std::string host;                    // default: the host part of worker_address
+  std::string host;                    // default: $SLUICE_WORKER_HOST, else gethostname()
+  std::vector<std::string> plugin_dirs;  // --plugin_dir (repeatable, comma-separated): allowed plugin directories
   std::string placement = "remote";    // local | remote
   std::string dataservice;
   int64_t heartbeat_interval_ms = 500;
@@ -50,6 +51,10 @@ struct ParsedFlags {
 
 // `args` excludes the program name. Errors name the flag or the config file and key.
 absl::StatusOr<ParsedFlags> ParseWorkerFlags(const std::vector<std::string>& args);
+
+// The worker's host for locality: `flag` if set, else $SLUICE_WORKER_HOST, else gethostname(),
+// else the host part of `worker_address`.
+std::string ResolveWorkerHost(const std::string& flag, const std::string& worker_address);
 
 // Builds the worker's configuration from validated flags; `port` is the gRPC port actually bound.
 absl::StatusOr<WorkerConfig> MakeWorkerConfig(const WorkerFlags& flags, int port);

@@ -3,6 +3,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <cstdlib>
+
 #include "testing/test_util.h"
 
 namespace sluice::worker {
@@ -29,7 +33,8 @@ TEST_CASE("worker_flags: defaults and command-line values") {
   auto config = MakeWorkerConfig(f, 7001);
   REQUIRE(config.ok());
   CHECK(config->worker_address == "127.0.0.1:7001");
-  CHECK(config->worker_host == "127.0.0.1");
+  CHECK(config->worker_host == ResolveWorkerHost("", "127.0.0.1:7001"));  // not 127.0.0.1: the hostname
+  CHECK(config->runner.plugin_dirs.empty());
   CHECK(config->placement == service::PLACEMENT_LOCAL);
   CHECK(config->runner.round_timeout == absl::Milliseconds(250));
   CHECK(config->sharing_window_elements == 32);
@@ -40,12 +45,45 @@ TEST_CASE("worker_flags: defaults and command-line values") {
   auto c2 = MakeWorkerConfig(explicit_address->flags, 1234);
   REQUIRE(c2.ok());
   CHECK(c2->worker_address == "node-3.svc:9000");
-  CHECK(c2->worker_host == "node-3.svc");
   CHECK(c2->placement == service::PLACEMENT_REMOTE);
 
   auto help = ParseWorkerFlags({"--help"});
   REQUIRE(help.ok());
   CHECK_THAT(help->help, Catch::Contains("--sharing_window_elements"));
+}
+
+TEST_CASE("worker_flags: the locality host is --host, else $SLUICE_WORKER_HOST, else the hostname") {
+  char name[256] = {};
+  REQUIRE(gethostname(name, sizeof(name) - 1) == 0);
+  unsetenv("SLUICE_WORKER_HOST");
+  CHECK(ResolveWorkerHost("", "10.0.0.1:5000") == std::string(name));  // as clients default to theirs
+  CHECK(ResolveWorkerHost("node-7", "10.0.0.1:5000") == "node-7");
+  setenv("SLUICE_WORKER_HOST", "node-env", 1);
+  CHECK(ResolveWorkerHost("", "10.0.0.1:5000") == "node-env");
+  CHECK(ResolveWorkerHost("node-7", "10.0.0.1:5000") == "node-7");
+  auto parsed = ParseWorkerFlags({"--dispatcher_address=d:1", "--worker_address=10.0.0.1:9000"});
+  REQUIRE(parsed.ok());
+  auto config = MakeWorkerConfig(parsed->flags, 9000);
+  REQUIRE(config.ok());
+  CHECK(config->worker_host == "node-env");
+  unsetenv("SLUICE_WORKER_HOST");
+  auto flagged = ParseWorkerFlags({"--dispatcher_address=d:1", "--host=gpu-node-1"});
+  REQUIRE(flagged.ok());
+  CHECK(MakeWorkerConfig(flagged->flags, 1)->worker_host == "gpu-node-1");
+}
+
+TEST_CASE("worker_flags: --plugin_dir is repeatable and comma-separated, resolved, and must exist") {
+  sluice::testing::TempDir a, b;
+  auto parsed = ParseWorkerFlags({"--dispatcher_address=d:1", "--plugin_dir", a.path().string() + "," + b.path().string(),
+                                  "--plugin_dir=" + a.path().string() + "/."});
+  REQUIRE(parsed.ok());
+  CHECK(parsed->flags.plugin_dirs.size() == 3);
+  auto config = MakeWorkerConfig(parsed->flags, 1);
+  REQUIRE(config.ok());
+  REQUIRE(config->runner.plugin_dirs.size() == 3);
+  CHECK(config->runner.plugin_dirs[2] == config->runner.plugin_dirs[0]);  // "/." resolved away
+  CHECK_THAT(Error({"--dispatcher_address=d:1", "--plugin_dir=/no/such/dir"}),
+             Catch::Contains("--plugin_dir: cannot resolve '/no/such/dir'"));
 }
 
 TEST_CASE("worker_flags: a YAML config file, overridden by flags") {

@@ -184,6 +184,9 @@ std::string FormatDispatcherState(const service::GetStateResponse& state) {
                                           j.metrics().elements_total(),
                                           Ratio(j.metrics().wait_seconds_total(), j.metrics().step_seconds_total())));
   }
+  if (!state.default_dataset_id().empty()) {
+    absl::StrAppend(&out, "default pipeline: dataset ", state.default_dataset_id(), " (jobs without a dataset_id read it)\n");
+  }
   return out;
 }
 
@@ -289,7 +292,6 @@ int RunUp(const UpOptions& options, std::ostream& out, std::ostream& err) {
     co.pipeline = *def;
     co.job_name = kJobName;
     co.sharding = *sharding;
-    co.client_host = "127.0.0.1";  // the workers' host: they are local
     co.heartbeat_interval = absl::Milliseconds(200);
     auto created = client::DataServiceClient::Create(co);
     if (!created.ok()) {

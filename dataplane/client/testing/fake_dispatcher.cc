@@ -62,6 +62,14 @@ void FakeDispatcher::KnowJobClient(int64_t job_client_id) {
   next_job_client_id_ = std::max(next_job_client_id_, job_client_id + 1);
 }
 
+std::string FakeDispatcher::SetDefaultPipeline(const pipeline::PipelineDef& def) {
+  const std::string id = pipeline::Fingerprint(def);
+  absl::MutexLock l(&mu_);
+  datasets_[id] = def;
+  default_dataset_id_ = id;
+  return id;
+}
+
 int64_t FakeDispatcher::heartbeats() const {
   absl::MutexLock l(&mu_);
   return heartbeats_;
@@ -109,7 +117,14 @@ grpc::Status FakeDispatcher::GetOrCreateJob(grpc::ServerContext*, const service:
   {
     absl::MutexLock l(&mu_);
     job_requests_.push_back(*req);
-    const service::JobSpec& spec = req->spec();
+    service::JobSpec spec = req->spec();
+    if (spec.dataset_id().empty()) {
+      if (default_dataset_id_.empty()) {
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                            "dataset_id is empty and this dispatcher serves no default pipeline (start it with --pipeline)");
+      }
+      spec.set_dataset_id(default_dataset_id_);
+    }
     auto ds = datasets_.find(spec.dataset_id());
     if (ds == datasets_.end()) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("dataset_id '", spec.dataset_id(), "' is not known"));
@@ -133,8 +148,13 @@ grpc::Status FakeDispatcher::GetOrCreateJob(grpc::ServerContext*, const service:
     job_clients_[client_id] = job_id;
     resp->set_job_id(job_id);
     resp->set_job_client_id(client_id);
+    resp->set_dataset_id(spec.dataset_id());
   }
-  if (hook && created != 0) hook(created, req->spec(), def);
+  if (hook && created != 0) {
+    service::JobSpec resolved = req->spec();
+    resolved.set_dataset_id(resp->dataset_id());
+    hook(created, resolved, def);
+  }
   return grpc::Status::OK;
 }
 

@@ -42,6 +42,9 @@ class FakeDispatcher final : public service::Dispatcher::Service {
   void SetJobCreatedHook(JobCreatedHook hook);
   // Makes job-client ids start above `id` (a restarted dispatcher that recovered its journal).
   void KnowJobClient(int64_t job_client_id);
+  // Registers `def` as the default dataset (what an empty spec.dataset_id reads, as the real
+  // dispatcher's --pipeline); without one an empty dataset_id is FAILED_PRECONDITION. Returns its id.
+  std::string SetDefaultPipeline(const pipeline::PipelineDef& def);
 
   int64_t heartbeats() const;
   service::ClientHeartbeatRequest last_heartbeat() const;
@@ -66,6 +69,7 @@ class FakeDispatcher final : public service::Dispatcher::Service {
   };
   mutable absl::Mutex mu_;
   std::map<std::string, pipeline::PipelineDef> datasets_ ABSL_GUARDED_BY(mu_);
+  std::string default_dataset_id_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Job> named_jobs_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, int64_t> job_clients_ ABSL_GUARDED_BY(mu_);  // job_client_id -> job_id
   int64_t next_job_id_ ABSL_GUARDED_BY(mu_) = 1;

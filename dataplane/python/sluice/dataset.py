@@ -67,6 +67,8 @@ class Dataset:
     """An iterable over a data-service job. Each iter() starts a client (a new job unless
     job_name names a shared one) and yields dicts of NumPy arrays.
 
+    pipeline: YAML/JSON text, a dict or a path; None (with no dataset_id): the dispatcher's own
+    default pipeline (its --pipeline; the DataService's spec.pipeline).
     processing_mode: 'parallel_epochs' (sharding off) or 'distributed_epoch' (dynamic);
     sharding: 'off' | 'dynamic' | 'file' | 'data' overrides processing_mode.
     consumer_index/num_consumers (both or neither): coordinated reads.
@@ -87,21 +89,19 @@ class Dataset:
         compression="auto",
         target_workers="auto",
         num_epochs=1,
-        cross_job_sharing=False,
+        cross_job_sharing=None,
         client_host=None,
         tls_ca=None,
         tls_cert=None,
         tls_key=None,
         tls_server_name=None,
-        max_outstanding_requests=0,
+        max_outstanding_requests=None,
         max_buffered_bytes=256 << 20,
         heartbeat_interval_s=0.5,
         create_timeout_s=60.0,
     ):
         if not isinstance(address, str) or not address:
             raise ValueError("address: expected the dispatcher's 'host:port'")
-        if pipeline is None and not dataset_id:
-            raise ValueError("pipeline: give a pipeline (YAML text, dict or path) or a registered dataset_id")
         if sharding is None:
             if processing_mode not in _PROCESSING_MODES:
                 raise ValueError(
@@ -122,7 +122,7 @@ class Dataset:
             sharding=str(sharding).lower(),
             num_consumers=int(num_consumers or 0),
             consumer_index=-1 if consumer_index is None else int(consumer_index),
-            cross_job_sharing=bool(cross_job_sharing),
+            cross_job_sharing=None if cross_job_sharing is None else bool(cross_job_sharing),
             num_epochs=int(num_epochs),
             compression=compression,
             target_workers=target_workers,
@@ -131,7 +131,7 @@ class Dataset:
             tls_cert=tls_cert or "",
             tls_key=tls_key or "",
             tls_server_name=tls_server_name or "",
-            max_outstanding_requests=int(max_outstanding_requests),
+            max_outstanding_requests=None if max_outstanding_requests is None else int(max_outstanding_requests),
             max_buffered_bytes=int(max_buffered_bytes),
             heartbeat_interval_s=float(heartbeat_interval_s),
             create_timeout_s=float(create_timeout_s),
@@ -140,7 +140,7 @@ class Dataset:
 
     @property
     def pipeline(self):
-        """The parsed PipelineSpec (None when reading a registered dataset_id)."""
+        """The parsed PipelineSpec (None when reading a registered dataset_id or the dispatcher's default)."""
         return self._spec
 
     @property

@@ -156,8 +156,6 @@ def test_bad_arguments_are_value_errors():
         sluice.Dataset("127.0.0.1:1", pipeline=RANGE, sharding="round_robin")
     with pytest.raises(ValueError, match="consumer_index and num_consumers"):
         sluice.Dataset("127.0.0.1:1", pipeline=RANGE, consumer_index=0)
-    with pytest.raises(ValueError, match="dataset_id"):
-        sluice.Dataset("127.0.0.1:1")
     ds = sluice.Dataset("127.0.0.1:1", pipeline=RANGE, compression="snappy")
     with pytest.raises(ValueError, match="compression: expected one of auto, none, lz4, zstd"):
         iter(ds)
@@ -168,6 +166,15 @@ def test_bad_arguments_are_value_errors():
 
 def test_unreachable_dispatcher_is_a_data_service_error():
     ds = sluice.Dataset("127.0.0.1:1", pipeline=RANGE, create_timeout_s=0.2)
+    with pytest.raises(sluice.DataServiceError, match="UNAVAILABLE"):
+        iter(ds)
+
+
+def test_no_pipeline_means_the_dispatchers_default():
+    # Neither a pipeline nor a dataset_id: the job reads the dispatcher's --pipeline (the
+    # end-to-end test reads one); nothing is parsed or registered on this side.
+    ds = sluice.Dataset("127.0.0.1:1", job_name="default", create_timeout_s=0.2)
+    assert ds.pipeline is None
     with pytest.raises(sluice.DataServiceError, match="UNAVAILABLE"):
         iter(ds)
 
