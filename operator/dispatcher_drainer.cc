@@ -75,7 +75,8 @@ absl::StatusOr<DrainProgress> GrpcWorkerDrainer::Drain(const DrainWorkers& drain
   if (!channel.ok()) return channel.status();
   std::unique_ptr<service::Dispatcher::Stub> stub = service::Dispatcher::NewStub(*channel);
 
-  service::DrainWorkersRequest request;  // no addresses: every worker of this dispatcher
+  service::DrainWorkersRequest request;  // every worker of this dispatcher: the whole DataService goes
+  request.set_all_workers(true);
   service::DrainWorkersResponse drained;
   {
     grpc::ClientContext context;

@@ -160,7 +160,8 @@ TEST_CASE("GrpcWorkerDrainer drains every worker of the dispatcher and reports t
   CHECK(!first->complete);
   CHECK(first->message == "waiting for 1 of 2 workers and 0 jobs: worker 10.0.0.2:5051 (1 task)");
   REQUIRE(server.service().drain_requests().size() == 1);
-  CHECK(server.service().drain_requests()[0].worker_addresses_size() == 0);  // all of them
+  CHECK(server.service().drain_requests()[0].worker_addresses_size() == 0);
+  CHECK(server.service().drain_requests()[0].all_workers());  // all of them, said explicitly
 
   server.service().FinishJobs();
   absl::StatusOr<DrainProgress> second = drainer.Drain(drain);
