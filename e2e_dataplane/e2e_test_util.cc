@@ -2,6 +2,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+#include <fstream>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "dataplane/pipeline/spec_parser.h"
@@ -147,6 +150,40 @@ std::vector<int64_t> ReadSome(client::DataServiceClient& client, int64_t n, cons
     values.push_back(IntField(*e, field));
   }
   return values;
+}
+
+void ReadBothToEnd(client::DataServiceClient& a, client::DataServiceClient& b, std::vector<int64_t>* from_a,
+                   std::vector<int64_t>* from_b, const std::string& field) {
+  bool a_done = false, b_done = false;
+  while (!a_done || !b_done) {
+    if (!a_done) {
+      auto e = Next(a);
+      if (e) from_a->push_back(IntField(*e, field));
+      a_done = !e;
+    }
+    if (!b_done) {
+      auto e = Next(b);
+      if (e) from_b->push_back(IntField(*e, field));
+      b_done = !e;
+    }
+  }
+}
+
+void WriteWorkerData(const std::string& dir, int worker, int lines) {
+  std::filesystem::create_directories(dir);
+  std::ofstream out(dir + "/data.jsonl");
+  for (int i = 0; i < lines; ++i) out << "{\"w\": " << worker << ", \"i\": " << i << "}\n";
+}
+
+void AddWorkersWithOwnData(local::LocalDataService& service, const std::string& dir_prefix, int n, int lines) {
+  for (int w = 0; w < n; ++w) {
+    const std::string dir = absl::StrCat(dir_prefix, w);
+    WriteWorkerData(dir, w, lines);
+    auto added = service.AddWorker({}, dir);
+    INFO(added.status().ToString());
+    REQUIRE(added.ok());
+  }
+  REQUIRE(service.WaitForWorkers(n, absl::Seconds(30)).ok());
 }
 
 std::map<int64_t, int> Counts(const std::vector<int64_t>& values) {

@@ -53,6 +53,20 @@ std::vector<int64_t> ReadAll(client::DataServiceClient& client, const std::strin
 // Reads up to `n` elements (fewer at the end).
 std::vector<int64_t> ReadSome(client::DataServiceClient& client, int64_t n, const std::string& field = "value");
 
+// Reads two clients to their ends, alternating on one thread: each GetNext blocks until that
+// client has an element, so both take part whatever the scheduling.
+void ReadBothToEnd(client::DataServiceClient& a, client::DataServiceClient& b, std::vector<int64_t>* from_a,
+                   std::vector<int64_t>* from_b, const std::string& field = "value");
+
+// Per-worker data for tests where every worker runs the same spec on a file of its own (a relative
+// path in its own working directory), so each element names its worker: writes `lines` lines of
+// {"w": worker, "i": position} to dir/data.jsonl.
+void WriteWorkerData(const std::string& dir, int worker, int lines);
+
+// Starts `n` workers, worker w in working directory `dir_prefix`w holding WriteWorkerData(w, lines),
+// and waits until the dispatcher lists them all.
+void AddWorkersWithOwnData(local::LocalDataService& service, const std::string& dir_prefix, int n, int lines);
+
 // Ranges of the values in [0, n) never seen, e.g. "100-149 300-312" (for failure messages).
 std::string MissingRanges(const std::map<int64_t, int>& counts, int64_t n);
 // value -> times seen.

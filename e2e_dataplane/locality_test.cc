@@ -187,19 +187,7 @@ TEST_CASE("LOCAL under dynamic sharding: each epoch completes exactly once, serv
     o.client_host = "node-b";
     auto b = MakeClient(o);
     REQUIRE(b->job_id() == a->job_id());
-    bool a_done = false, b_done = false;
-    while (!a_done || !b_done) {
-      if (!a_done) {
-        auto e = Next(*a);
-        if (e) from_a.push_back(IntField(*e));
-        a_done = !e;
-      }
-      if (!b_done) {
-        auto e = Next(*b);
-        if (e) from_b.push_back(IntField(*e));
-        b_done = !e;
-      }
-    }
+    ReadBothToEnd(*a, *b, &from_a, &from_b);
     INFO(service->Logs());
     std::vector<int64_t> all = from_a;
     all.insert(all.end(), from_b.begin(), from_b.end());

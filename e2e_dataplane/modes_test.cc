@@ -91,19 +91,7 @@ TEST_CASE("Job sharing: two clients of one job name split one epoch without over
   // Alternate the two consumers on one thread: each GetNext blocks until that client has an
   // element, so both take part whatever the scheduling.
   std::vector<int64_t> from_a, from_b;
-  bool a_done = false, b_done = false;
-  while (!a_done || !b_done) {
-    if (!a_done) {
-      auto e = Next(*a);
-      if (e) from_a.push_back(IntField(*e));
-      a_done = !e;
-    }
-    if (!b_done) {
-      auto e = Next(*b);
-      if (e) from_b.push_back(IntField(*e));
-      b_done = !e;
-    }
-  }
+  ReadBothToEnd(*a, *b, &from_a, &from_b);
   INFO(service->Logs());
   CHECK(!from_a.empty());
   CHECK(!from_b.empty());
@@ -137,19 +125,7 @@ TEST_CASE("Cross-job sharing: two jobs see every element - each worker ran the p
   REQUIRE(a->job_id() != b->job_id());
   for (int w = 0; w < 2; ++w) REQUIRE(service->AddWorker().ok());
   std::vector<int64_t> from_a, from_b;
-  bool a_done = false, b_done = false;
-  while (!a_done || !b_done) {
-    if (!a_done) {
-      auto e = Next(*a);
-      if (e) from_a.push_back(IntField(*e));
-      a_done = !e;
-    }
-    if (!b_done) {
-      auto e = Next(*b);
-      if (e) from_b.push_back(IntField(*e));
-      b_done = !e;
-    }
-  }
+  ReadBothToEnd(*a, *b, &from_a, &from_b);
   INFO(service->Logs());
   // SHARDING_OFF: each job gets every element from each of the 2 workers.
   CHECK(CountProblems(Counts(from_a), 1500, 2) == "");
@@ -162,13 +138,8 @@ TEST_CASE("Cross-job sharing: two jobs see every element - each worker ran the p
 }
 
 // Coordinated reads. Every worker runs the same spec, whose jsonl source path is relative: each
-// worker runs in its own directory holding a file of its own, so an element names the worker that
-// produced it ({"w": worker index, "i": position in that worker's file}).
-void WriteWorkerData(const std::string& dir, int worker, int lines) {
-  std::filesystem::create_directories(dir);
-  std::ofstream out(dir + "/data.jsonl");
-  for (int i = 0; i < lines; ++i) out << "{\"w\": " << worker << ", \"i\": " << i << "}\n";
-}
+// worker runs in its own directory holding a file of its own (WriteWorkerData), so an element
+// names the worker that produced it ({"w": worker index, "i": position in that worker's file}).
 
 // Coordinated consumers reading to the end, each on a thread of its own as trainers would.
 // `record(c, element)` keeps what the test needs of consumer c's element (calls for one consumer
@@ -229,14 +200,7 @@ void RunCoordinatedReads(int num_consumers) {
   WriteWorkerData(options.dispatcher_working_dir, 0, kRoundsPerWorker * num_consumers);
   auto service = std::make_unique<local::LocalDataService>(options);
   REQUIRE(service->StartDispatcher().ok());
-  for (int w = 0; w < 2; ++w) {
-    const std::string dir = tmp.File(absl::StrCat("worker", w));
-    WriteWorkerData(dir, w, kRoundsPerWorker * num_consumers);
-    auto added = service->AddWorker({}, dir);
-    INFO(added.status().ToString());
-    REQUIRE(added.ok());
-  }
-  REQUIRE(service->WaitForWorkers(2, absl::Seconds(30)).ok());
+  AddWorkersWithOwnData(*service, tmp.File("worker"), 2, kRoundsPerWorker * num_consumers);
   const auto def = Pipeline("source: {jsonl: {files: data.jsonl}}\n");
 
   std::vector<std::unique_ptr<DataServiceClient>> consumers;

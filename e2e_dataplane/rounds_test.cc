@@ -25,14 +25,6 @@ namespace {
 
 using client::DataServiceClient;
 
-// Every worker runs the same spec on a file of its own (a relative path in its own working
-// directory), so each element names its worker: {"w": worker index, "i": position in its file}.
-void WriteWorkerData(const std::string& dir, int worker, int lines) {
-  std::filesystem::create_directories(dir);
-  std::ofstream out(dir + "/data.jsonl");
-  for (int i = 0; i < lines; ++i) out << "{\"w\": " << worker << ", \"i\": " << i << "}\n";
-}
-
 // The rounds a worker's log says it skipped ("round skipped" is logged at debug level, once per
 // round: by the first consumer whose wait reached the round's deadline).
 std::set<int64_t> SkippedRounds(const local::ChildProcess& worker) {
@@ -63,14 +55,7 @@ TEST_CASE("Coordinated reads: a consumer that stalls makes both skip the same ro
   WriteWorkerData(options.dispatcher_working_dir, 0, kLines);
   auto service = std::make_unique<local::LocalDataService>(options);
   REQUIRE(service->StartDispatcher().ok());
-  for (int w = 0; w < 2; ++w) {
-    const std::string dir = tmp.File(absl::StrCat("worker", w));
-    WriteWorkerData(dir, w, kLines);
-    auto added = service->AddWorker({}, dir);
-    INFO(added.status().ToString());
-    REQUIRE(added.ok());
-  }
-  REQUIRE(service->WaitForWorkers(2, absl::Seconds(30)).ok());
+  AddWorkersWithOwnData(*service, tmp.File("worker"), 2, kLines);
   const auto def = Pipeline("source: {jsonl: {files: data.jsonl}}\n");
 
   std::vector<std::unique_ptr<DataServiceClient>> consumers;
