@@ -30,6 +30,7 @@
 #include "kube/client.h"
 #include "kube/resource.h"
 #include "operator/manifests.h"
+#include "operator/test_event_names.h"
 #include "operator/test_yaml.h"
 #include "testing/test_util.h"
 
@@ -336,30 +337,6 @@ TEST_CASE("a worker name taken by a pod the DataService does not control: report
   controller.Stop();
 }
 
-// The pod names an Event note mentions, with "prefix[a-b,c]" ranges expanded.
-std::set<std::string> NamesIn(const std::string& note, const std::string& prefix) {
-  std::set<std::string> out;
-  for (size_t at = note.find(prefix); at != std::string::npos; at = note.find(prefix, at + 1)) {
-    size_t pos = at + prefix.size();
-    if (pos < note.size() && note[pos] == '[') {
-      size_t close = note.find(']', pos);
-      REQUIRE(close != std::string::npos);
-      for (absl::string_view part : absl::StrSplit(note.substr(pos + 1, close - pos - 1), ',')) {
-        std::vector<std::string> bounds = absl::StrSplit(part, '-');
-        int lo = 0, hi = 0;
-        REQUIRE(absl::SimpleAtoi(bounds[0], &lo));
-        REQUIRE(absl::SimpleAtoi(bounds.back(), &hi));
-        for (int n = lo; n <= hi; ++n) out.insert(absl::StrCat(prefix, n));
-      }
-    } else {
-      size_t end = pos;
-      while (end < note.size() && note[end] >= '0' && note[end] <= '9') ++end;
-      if (end > pos) out.insert(note.substr(at, end - at));
-    }
-  }
-  return out;
-}
-
 TEST_CASE("every worker created or deleted is named in an Event, a few Events for many pods",
           "[controller][integration][events]") {
   ClusterWithCrd cluster;
@@ -421,7 +398,7 @@ TEST_CASE("every worker created or deleted is named in an Event, a few Events fo
   std::vector<std::string> down = events("DeletedWorker");
   REQUIRE(down.size() == 1);
   INFO(down[0]);
-  CHECK(NamesIn(down[0], "ds-worker-remote-") == deleted);
+  CHECK(testing::NamesIn(down[0], "ds-worker-remote-") == deleted);
   CHECK(absl::StartsWith(down[0], "deleted remote worker pods ds-worker-remote-[0,2,4,"));
   controller.Stop();
 }

@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "operator/event_notes.h"
 #include "operator/manifests.h"
+#include "operator/test_event_names.h"
 
 namespace sluice::op {
 namespace {
@@ -889,30 +890,6 @@ TEST_CASE("a ready pod is not taken from a pool at its target (the explicit spli
 
 // ---- events naming pods ----
 
-// The pod names a rendered note mentions, with "prefix[a-b,c]" ranges expanded.
-std::set<std::string> NamesIn(const std::string& note, const std::string& prefix) {
-  std::set<std::string> out;
-  for (size_t at = note.find(prefix); at != std::string::npos; at = note.find(prefix, at + 1)) {
-    size_t pos = at + prefix.size();
-    if (pos < note.size() && note[pos] == '[') {
-      size_t close = note.find(']', pos);
-      REQUIRE(close != std::string::npos);
-      for (absl::string_view part : absl::StrSplit(note.substr(pos + 1, close - pos - 1), ',')) {
-        std::vector<std::string> bounds = absl::StrSplit(part, '-');
-        int64_t lo = 0, hi = 0;
-        REQUIRE(absl::SimpleAtoi(bounds[0], &lo));
-        REQUIRE(absl::SimpleAtoi(bounds.back(), &hi));
-        for (int64_t n = lo; n <= hi; ++n) out.insert(absl::StrCat(prefix, n));
-      }
-    } else {
-      size_t end = pos;
-      while (end < note.size() && std::isdigit(static_cast<unsigned char>(note[end]))) ++end;
-      if (end > pos) out.insert(note.substr(at, end - at));
-    }
-  }
-  return out;
-}
-
 TEST_CASE("pod names are compacted into ordinal ranges", "[events]") {
   CHECK(CompactNames({}) == "");
   CHECK(CompactNames({"ds-worker-remote-3"}) == "ds-worker-remote-3");
@@ -963,7 +940,7 @@ TEST_CASE("events that would overflow a note are split so that every pod stays n
     CHECK(e.note.find("{}") == std::string::npos);
     if (e.reason == "DeletedWorker") {
       ++deleted_events;
-      for (const std::string& n : NamesIn(e.note, "ds-worker-remote-")) {
+      for (const std::string& n : testing::NamesIn(e.note, "ds-worker-remote-")) {
         CHECK(named.insert(n).second);  // each pod named once
       }
     } else {
