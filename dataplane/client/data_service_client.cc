@@ -148,6 +148,7 @@ struct TaskReader {
   bool stop = false;                       // asked to stop (task no longer selected, shutdown)
   bool done = false;                       // the thread finished its loop
   grpc::ClientContext* context = nullptr;  // the open stream's context, for TryCancel
+  bool reconnecting = false;               // `context` is a retry that has received nothing yet
 };
 
 // An element waiting in the client's buffer.
@@ -612,7 +613,9 @@ void DataServiceClient::Impl::ApplyHeartbeatLocked(const service::ClientHeartbea
     TaskReader& r = *it->second;
     // A reader between streams of a finished job can receive nothing more: every task of a
     // finished job has handed out its last element.
-    const bool idle_after_finish = job_finished_ && r.context == nullptr;
+    // Nor can a reconnection that has received nothing: it waits for a channel (wait_for_ready)
+    // to a worker that may be gone for good, and only a cancel ends that wait.
+    const bool idle_after_finish = job_finished_ && (r.context == nullptr || r.reconnecting);
     // A finished job lists no tasks, but a stream still open may carry its task's last elements
     // (popped by the worker before the task reported finished): let it run to end_of_sequence.
     const bool unlisted = !wanted.count(it->first) && !job_finished_;
@@ -655,8 +658,10 @@ void DataServiceClient::Impl::ReaderLoop(TaskReader* r) {
     {
       absl::MutexLock l(&mu_);
       if (r->stop || shutting_down_) break;
+      if (!first_attempt && job_finished_) break;  // a finished job's broken stream has nothing left
       channel = WorkerChannelLocked(r->info.worker_address());
       r->context = &ctx;
+      r->reconnecting = !first_attempt;
       if (!first_attempt) ++reconnects_;
     }
     // A reconnection waits for the channel to connect (see "Reconnecting" at the top); a stop cancels it.
@@ -686,6 +691,10 @@ void DataServiceClient::Impl::ReaderLoop(TaskReader* r) {
         absl::MutexLock l(&mu_);
         ReleaseSlotLocked();
         break;
+      }
+      if (r->reconnecting) {
+        absl::MutexLock l(&mu_);
+        r->reconnecting = false;
       }
       std::vector<DecodedElement> decoded;
       decoded.reserve(static_cast<size_t>(resp.elements_size()));
@@ -718,6 +727,7 @@ void DataServiceClient::Impl::ReaderLoop(TaskReader* r) {
     {
       absl::MutexLock l(&mu_);
       r->context = nullptr;
+      r->reconnecting = false;
       if (end_of_sequence) {
         finished_tasks_.insert(r->info.task_id());
         break;

@@ -784,6 +784,36 @@ TEST_CASE("client_reconnect: a restarted worker is read again - a restarted disp
   dispatcher2_server->Stop();
 }
 
+TEST_CASE("client_reconnect: a job that finishes while a reader waits to reconnect to a dead worker ends") {
+  Harness h(2);
+  h.dispatcher.AddTask(MakeTask(1, h.worker_address(0)));
+  h.dispatcher.AddTask(MakeTask(2, h.worker_address(1)));
+  for (int i = 0; i < 3; ++i) h.workers[0]->PushElement(1, Num(i));
+  for (int i = 3; i < 6; ++i) h.workers[1]->PushElement(2, Num(i));
+  h.workers[1]->PushEnd(2);
+  auto client = MustCreate(h.Options());
+  std::set<int64_t> seen;
+  for (int i = 0; i < 6; ++i) {
+    auto next = client->GetNext(absl::Seconds(30));
+    REQUIRE(next.ok());
+    REQUIRE(next->has_value());
+    seen.insert(V(**next));
+  }
+  CHECK(seen.size() == 6);
+  // Worker 0 dies for good: its reader's stream breaks and the retry waits for a channel to it.
+  h.workers[0]->Shutdown();
+  h.worker_servers[0]->Stop();
+  REQUIRE(WaitUntil([&] { return client->stats().reconnects >= 1; }));
+  // The dispatcher finishes the job before it stops listing the dead worker's task (the race seen
+  // in e2e_dataplane_failures_test): the waiting reconnection has nothing to deliver, so it is
+  // cancelled and the client reaches the end instead of waiting for the worker forever.
+  h.dispatcher.SetJobFinished(true);
+  auto end = client->GetNext(absl::Seconds(30));
+  INFO(end.status().ToString());
+  REQUIRE(end.ok());
+  CHECK_FALSE(end->has_value());
+}
+
 TEST_CASE("client_reconnect: a dispatcher that forgot the client is a clear error") {
   Harness h(1);
   h.dispatcher.AddTask(MakeTask(1, h.worker_address(0)));
