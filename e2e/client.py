@@ -99,10 +99,11 @@ def write_kubeconfig(path, server, token, ca_file=None, namespace="default"):
 
 
 class Response:
-    def __init__(self, status, headers, body):
+    def __init__(self, status, headers, body, warnings=()):
         self.status = status
         self.headers = headers
         self.body = body
+        self.warnings = list(warnings)  # every Warning header, in order (headers keeps only the last)
 
     @property
     def content_type(self):
@@ -188,7 +189,8 @@ class KubeClient:
                 if resp.getheader("Connection", "").lower() == "close":
                     conn.close()
                     self._local.conn = None
-                return Response(resp.status, dict(resp.getheaders()), payload)
+                return Response(resp.status, dict(resp.getheaders()), payload,
+                                resp.headers.get_all("Warning") or ())
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
                     http.client.CannotSendRequest, http.client.BadStatusLine):
                 conn.close()

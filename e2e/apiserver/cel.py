@@ -15,7 +15,60 @@ import re
 
 
 class CelCompileError(Exception):
-    pass
+    """A rule that does not compile. `pos` is the offset cel-go reports the error at (None: no location);
+    `detail()` renders it as the API server does (ERROR: <input>:line:column: ... with the source line and a
+    caret), prefixed with "compilation failed: " unless it is the rule's result type that is wrong."""
+
+    def __init__(self, message, pos=None, compilation=True):
+        super().__init__(message)
+        self.message = message
+        self.pos = pos
+        self.compilation = compilation
+        self.text = None  # the expression, filled in by compile_expression
+
+    def detail(self):
+        if not self.compilation:
+            return self.message
+        if self.pos is None or self.text is None:
+            return "compilation failed: ERROR: <input>: %s" % self.message
+        return "compilation failed: " + display_error(self.text, self.pos, self.message)
+
+    def __str__(self):
+        return self.detail()
+
+
+def display_error(text, pos, message):
+    """cel-go's Error.ToDisplayString: location, message, the source line and a caret under the column."""
+    line_start = text.rfind("\n", 0, pos) + 1
+    line_no = text.count("\n", 0, pos) + 1
+    column = pos - line_start
+    line_end = text.find("\n", pos)
+    snippet = text[line_start:line_end if line_end >= 0 else len(text)].replace("\t", " ")
+    indicator = "".join("\uff0e" if len(ch.encode("utf-8")) > 1 else "." for ch in snippet[:column])
+    under = snippet[column:column + 1]
+    indicator += "\uff3e" if under and len(under.encode("utf-8")) > 1 else "^"
+    return "ERROR: <input>:%d:%d: %s\n | %s\n | %s" % (line_no, column + 1, message, snippet, indicator)
+
+
+# What cel-go's ANTLR parser says it expected where an operand was missing.
+_EXPECTING_OPERAND = ("{'[', '{', '(', '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, "
+                      "STRING, BYTES, IDENTIFIER}")
+
+
+def _syntax(pos, message):
+    return CelCompileError("Syntax error: " + message, pos)
+
+
+def _token_text(tok):
+    if tok.kind == "eof":
+        return "<EOF>"
+    if tok.kind == "string":
+        return repr(tok.value)
+    if tok.kind == "bool":
+        return "true" if tok.value else "false"
+    if tok.kind == "null":
+        return "null"
+    return str(tok.value)
 
 
 class CelError(Exception):
@@ -60,7 +113,7 @@ def _lex(text):
         raw = False
         if ch in "rRbB" and i + 1 < n and text[i + 1] in "'\"":
             if ch in "bB":
-                raise CelCompileError("%d: bytes literals are not supported" % start)
+                raise _syntax(start, "bytes literals are not supported")
             raw = True
             i += 1
             ch = text[i]
@@ -70,16 +123,16 @@ def _lex(text):
             out = []
             while True:
                 if i >= n:
-                    raise CelCompileError("%d: unterminated string literal" % start)
+                    raise _syntax(start, "token recognition error at: '%s'" % text[start:])
                 if text.startswith(quote, i):
                     i += len(quote)
                     break
                 c = text[i]
                 if c == "\n" and len(quote) == 1:
-                    raise CelCompileError("%d: newline in string literal" % start)
+                    raise _syntax(start, "token recognition error at: '%s'" % text[start:i])
                 if c == "\\" and not raw:
                     if i + 1 >= n:
-                        raise CelCompileError("%d: unterminated escape" % i)
+                        raise _syntax(i, "token recognition error at: '%s'" % text[start:])
                     e = text[i + 1]
                     if e in _ESCAPES:
                         out.append(_ESCAPES[e])
@@ -94,7 +147,7 @@ def _lex(text):
                         out.append(chr(int(text[i + 2:i + 4], 16)))
                         i += 4
                     else:
-                        raise CelCompileError("%d: invalid escape \\%s" % (i, e))
+                        raise _syntax(i, "token recognition error at: '%s'" % text[start:i + 2])
                     continue
                 out.append(c)
                 i += 1
@@ -124,7 +177,7 @@ def _lex(text):
             elif word == "in":
                 tokens.append(Token("op", "in", start))
             elif word in _RESERVED:
-                raise CelCompileError("%d: reserved identifier '%s'" % (start, word))
+                raise CelCompileError("reserved identifier: %s" % word, start)
             else:
                 tokens.append(Token("ident", word, start))
             continue
@@ -134,7 +187,7 @@ def _lex(text):
                 i += len(p)
                 break
         else:
-            raise CelCompileError("%d: Syntax error: token recognition error at: '%s'" % (start, ch))
+            raise _syntax(start, "token recognition error at: '%s'" % ch)
     tokens.append(Token("eof", None, n))
     return tokens
 
@@ -163,42 +216,46 @@ class _Parser:
         tok = self.peek()
         if tok.kind == "op" and tok.value == value:
             self.pos += 1
-            return True
-        return False
+            return tok
+        return None
 
     def expect(self, value):
         tok = self.peek()
         if not self.accept(value):
-            raise CelCompileError("%d: Syntax error: expected '%s', found %s" % (
-                tok.pos, value, "end of input" if tok.kind == "eof" else "'%s'" % (tok.value,)))
+            raise _syntax(tok.pos, "mismatched input '%s' expecting '%s'" % (_token_text(tok), value))
 
     def parse(self):
         node = self.expr()
         tok = self.peek()
         if tok.kind != "eof":
-            raise CelCompileError("%d: Syntax error: unexpected '%s'" % (tok.pos, tok.value))
+            raise _syntax(tok.pos, "extraneous input '%s' expecting <EOF>" % _token_text(tok))
         return node
 
     def expr(self):
         cond = self.or_expr()
-        if self.accept("?"):
+        op = self.accept("?")
+        if op:
             then = self.or_expr()
             self.expect(":")
             other = self.expr()
-            return ("cond", cond, then, other)
+            return ("cond", cond, then, other, op.pos)
         return cond
 
     def or_expr(self):
         node = self.and_expr()
-        while self.accept("||"):
-            node = ("or", node, self.and_expr())
-        return node
+        while True:
+            op = self.accept("||")
+            if not op:
+                return node
+            node = ("or", node, self.and_expr(), op.pos)
 
     def and_expr(self):
         node = self.relation()
-        while self.accept("&&"):
-            node = ("and", node, self.relation())
-        return node
+        while True:
+            op = self.accept("&&")
+            if not op:
+                return node
+            node = ("and", node, self.relation(), op.pos)
 
     def relation(self):
         node = self.addition()
@@ -206,7 +263,7 @@ class _Parser:
             tok = self.peek()
             if tok.kind == "op" and tok.value in ("<", "<=", ">", ">=", "==", "!=", "in"):
                 self.take()
-                node = ("binary", tok.value, node, self.addition())
+                node = ("binary", tok.value, node, self.addition(), tok.pos)
             else:
                 return node
 
@@ -216,7 +273,7 @@ class _Parser:
             tok = self.peek()
             if tok.kind == "op" and tok.value in ("+", "-"):
                 self.take()
-                node = ("binary", tok.value, node, self.multiplication())
+                node = ("binary", tok.value, node, self.multiplication(), tok.pos)
             else:
                 return node
 
@@ -226,7 +283,7 @@ class _Parser:
             tok = self.peek()
             if tok.kind == "op" and tok.value in ("*", "/", "%"):
                 self.take()
-                node = ("binary", tok.value, node, self.unary())
+                node = ("binary", tok.value, node, self.unary(), tok.pos)
             else:
                 return node
 
@@ -234,14 +291,14 @@ class _Parser:
         tok = self.peek()
         if tok.kind == "op" and tok.value == "!":
             self.take()
-            return ("not", self.unary())
+            return ("not", self.unary(), tok.pos)
         if tok.kind == "op" and tok.value == "-":
             self.take()
             nxt = self.peek()
             if nxt.kind in ("int", "double"):
                 self.take()
                 return self.member(("lit", -nxt.value))
-            return ("neg", self.unary())
+            return ("neg", self.unary(), tok.pos)
         return self.member(self.primary())
 
     def args(self):
@@ -256,18 +313,22 @@ class _Parser:
 
     def member(self, node):
         while True:
-            if self.accept("."):
+            dot = self.accept(".")
+            if dot:
                 tok = self.take()
                 if tok.kind != "ident":
-                    raise CelCompileError("%d: Syntax error: expected a field name after '.'" % tok.pos)
-                if self.accept("("):
-                    node = self.call(tok.value, node, self.args(), tok.pos)
+                    raise _syntax(tok.pos, "mismatched input '%s' expecting IDENTIFIER" % _token_text(tok))
+                paren = self.accept("(")
+                if paren:
+                    node = self.call(tok.value, node, self.args(), paren.pos)
                 else:
-                    node = ("select", node, tok.value)
-            elif self.accept("["):
+                    node = ("select", node, tok.value, dot.pos)
+                continue
+            bracket = self.accept("[")
+            if bracket:
                 index = self.expr()
                 self.expect("]")
-                node = ("index", node, index)
+                node = ("index", node, index, bracket.pos)
             else:
                 return node
 
@@ -276,10 +337,11 @@ class _Parser:
             arity = _MACROS[name]
             arities = arity if isinstance(arity, tuple) else (arity,)
             if len(args) not in arities:
-                raise CelCompileError("%d: macro '%s' takes %s arguments" % (pos, name, " or ".join(map(str, arities))))
+                raise CelCompileError("no matching overload for '%s' applied to %d arguments" % (name, len(args)),
+                                      pos)
             if args[0][0] != "ident":
-                raise CelCompileError("%d: argument is not an identifier" % pos)
-            return ("macro", name, target, args[0][1], args[1:])
+                raise CelCompileError("argument must be a simple name", pos)
+            return ("macro", name, target, args[0][1], args[1:], pos)
         return ("call", name, target, args, pos)
 
     def primary(self):
@@ -287,13 +349,14 @@ class _Parser:
         if tok.kind in ("int", "double", "string", "bool", "null"):
             return ("lit", tok.value)
         if tok.kind == "ident":
-            if self.accept("("):
+            paren = self.accept("(")
+            if paren:
                 args = self.args()
                 if tok.value == "has":
                     if len(args) != 1 or args[0][0] != "select":
-                        raise CelCompileError("%d: invalid argument to has() macro" % tok.pos)
-                    return ("has", args[0][1], args[0][2])
-                return self.call(tok.value, None, args, tok.pos)
+                        raise CelCompileError("invalid argument to has() macro", paren.pos)
+                    return ("has", args[0][1], args[0][2], paren.pos)
+                return self.call(tok.value, None, args, paren.pos)
             return ("ident", tok.value, tok.pos)
         if tok.kind == "op" and tok.value == "(":
             node = self.expr()
@@ -320,9 +383,8 @@ class _Parser:
                     self.expect(",")
             return ("map", entries)
         if tok.kind == "op" and tok.value == ".":
-            raise CelCompileError("%d: qualified identifiers with a leading '.' are not supported" % tok.pos)
-        raise CelCompileError("%d: Syntax error: unexpected %s" % (
-            tok.pos, "end of input" if tok.kind == "eof" else "'%s'" % (tok.value,)))
+            raise CelCompileError("qualified identifiers with a leading '.' are not supported", tok.pos)
+        raise _syntax(tok.pos, "mismatched input '%s' expecting %s" % (_token_text(tok), _EXPECTING_OPERAND))
 
 
 # --------------------------------------------------------------------------------------- static checks
@@ -400,7 +462,7 @@ class _Checker:
         self.uses_old = False
 
     def fail(self, pos, message):
-        raise CelCompileError("ERROR: <input>:1:%d: %s" % (pos + 1, message))
+        raise CelCompileError(message, pos)
 
     def check(self, node, scope):
         kind = node[0]
@@ -426,10 +488,10 @@ class _Checker:
                 return self.self_type
             self.fail(node[2], "undeclared reference to '%s' (in container '')" % name)
         if kind == "select":
-            return self.select_type(self.check(node[1], scope), node[2], node)
+            return self.select_type(self.check(node[1], scope), node[2], node[3])
         if kind == "has":
             operand = self.check(node[1], scope)
-            self.select_type(operand, node[2], node)
+            self.select_type(operand, node[2], node[3])
             return "bool"
         if kind == "index":
             base = self.check(node[1], scope)
@@ -447,30 +509,31 @@ class _Checker:
                 self.check(v, scope)
             return "map"
         if kind == "not":
-            self.expect_bool(self.check(node[1], scope), "!_")
+            self.expect_bool(self.check(node[1], scope), "!_", node[2])
             return "bool"
         if kind == "neg":
             t = _simple(self.check(node[1], scope))
             if t not in ("int", "double", "dyn"):
-                self.fail(0, "found no matching overload for '-_' applied to '(%s)'" % t)
+                self.fail(node[2], "found no matching overload for '-_' applied to '(%s)'" % t)
             return t
         if kind in ("and", "or"):
-            self.expect_bool(self.check(node[1], scope), "_&&_" if kind == "and" else "_||_")
-            self.expect_bool(self.check(node[2], scope), "_&&_" if kind == "and" else "_||_")
+            self.expect_bool(self.check(node[1], scope), "_&&_" if kind == "and" else "_||_", node[3])
+            self.expect_bool(self.check(node[2], scope), "_&&_" if kind == "and" else "_||_", node[3])
             return "bool"
         if kind == "cond":
-            self.expect_bool(self.check(node[1], scope), "_?_:_")
+            self.expect_bool(self.check(node[1], scope), "_?_:_", node[4])
             a = self.check(node[2], scope)
             b = self.check(node[3], scope)
             return a if _simple(a) == _simple(b) else "dyn"
         if kind == "binary":
             return self.binary(node, scope)
         if kind == "macro":
-            _, name, target, var, rest = node
+            _, name, target, var, rest, pos = node
             target_type = self.check(target, scope)
             simple = _simple(target_type)
             if simple not in ("list", "map", "dyn"):
-                self.fail(0, "macro '%s' needs a list or map, not %s" % (name, simple))
+                self.fail(pos, "expression of type '%s' cannot be range of a comprehension (must be list, map, or "
+                               "dynamic)" % simple)
             elem = "dyn"
             if isinstance(target_type, tuple):
                 elem = _schema_type(target_type[1]) if target_type[0] == "list" else "string"
@@ -480,9 +543,9 @@ class _Checker:
             inner[var] = elem
             results = [self.check(expr, inner) for expr in rest]
             if name in ("all", "exists", "exists_one", "filter"):
-                self.expect_bool(results[0], name)
+                self.expect_bool(results[0], name, pos)
             if name == "map" and len(rest) == 2:
-                self.expect_bool(results[0], name)
+                self.expect_bool(results[0], name, pos)
             if name in ("all", "exists", "exists_one"):
                 return "bool"
             return "list"
@@ -516,55 +579,55 @@ class _Checker:
             return result
         self.fail(0, "unsupported expression")
 
-    def expect_bool(self, t, op):
+    def expect_bool(self, t, op, pos):
         if _simple(t) not in ("bool", "dyn"):
-            self.fail(0, "found no matching overload for '%s' applied to '(%s)'" % (op, _simple(t)))
+            self.fail(pos, "found no matching overload for '%s' applied to '(%s)'" % (op, _simple(t)))
 
-    def select_type(self, base, field, node):
+    def select_type(self, base, field, pos):
         if isinstance(base, dict):
             props = base.get("properties") or {}
             if field in props:
                 return _schema_type(props[field])
             if base.get("x-kubernetes-preserve-unknown-fields"):
                 return "dyn"
-            self.fail(0, "undefined field '%s'" % field)
+            self.fail(pos, "undefined field '%s'" % field)
         if isinstance(base, tuple):
             if base[0] == "mapof":
                 return _schema_type(base[1])
-            self.fail(0, "type 'list' does not support field selection")
+            self.fail(pos, "type 'list' does not support field selection")
         if base in ("int", "double", "string", "bool", "null"):
-            self.fail(0, "type '%s' does not support field selection" % base)
+            self.fail(pos, "type '%s' does not support field selection" % base)
         return "dyn"
 
     def binary(self, node, scope):
-        _, op, left, right = node
+        _, op, left, right, pos = node
         a = _simple(self.check(left, scope))
         b = _simple(self.check(right, scope))
         known = a != "dyn" and b != "dyn"
         numeric = {"int", "double"}
         if op == "in":
             if b not in ("list", "map", "dyn"):
-                self.fail(0, "found no matching overload for '@in' applied to '(%s, %s)'" % (a, b))
+                self.fail(pos, "found no matching overload for '@in' applied to '(%s, %s)'" % (a, b))
             return "bool"
         if op in ("==", "!="):
             if known and a != b and not (a in numeric and b in numeric) and "null" not in (a, b):
-                self.fail(0, "found no matching overload for '_%s_' applied to '(%s, %s)'" % (op, a, b))
+                self.fail(pos, "found no matching overload for '_%s_' applied to '(%s, %s)'" % (op, a, b))
             return "bool"
         if op in ("<", "<=", ">", ">="):
             if known and a != b and not (a in numeric and b in numeric):
-                self.fail(0, "found no matching overload for '_%s_' applied to '(%s, %s)'" % (op, a, b))
+                self.fail(pos, "found no matching overload for '_%s_' applied to '(%s, %s)'" % (op, a, b))
             if known and a in ("map", "null"):
-                self.fail(0, "found no matching overload for '_%s_' applied to '(%s, %s)'" % (op, a, b))
+                self.fail(pos, "found no matching overload for '_%s_' applied to '(%s, %s)'" % (op, a, b))
             return "bool"
         # arithmetic
         if op == "+":
             if known and a != b:
-                self.fail(0, "found no matching overload for '_+_' applied to '(%s, %s)'" % (a, b))
+                self.fail(pos, "found no matching overload for '_+_' applied to '(%s, %s)'" % (a, b))
             if known and a in ("bool", "map", "null"):
-                self.fail(0, "found no matching overload for '_+_' applied to '(%s, %s)'" % (a, b))
+                self.fail(pos, "found no matching overload for '_+_' applied to '(%s, %s)'" % (a, b))
             return a if a != "dyn" else b
         if known and (a != b or a not in numeric):
-            self.fail(0, "found no matching overload for '_%s_' applied to '(%s, %s)'" % (op, a, b))
+            self.fail(pos, "found no matching overload for '_%s_' applied to '(%s, %s)'" % (op, a, b))
         return a if a != "dyn" else b
 
 
@@ -638,9 +701,9 @@ class _Evaluator:
         if kind == "ident":
             name = node[1]
             if name in scope:
-                return scope[name]
+                return _checked(scope[name])
             if name in self.activation:
-                return self.activation[name]
+                return _checked(self.activation[name])
             raise CelError("undeclared reference to '%s'" % name)
         if kind == "select":
             base = self.eval(node[1], scope)
@@ -648,7 +711,7 @@ class _Evaluator:
                 raise CelError("no such key: %s" % node[2])
             if node[2] not in base:
                 raise CelError("no such key: %s" % node[2])
-            return base[node[2]]
+            return _checked(base[node[2]])
         if kind == "has":
             base = self.eval(node[1], scope)
             if not isinstance(base, dict):
@@ -663,11 +726,11 @@ class _Evaluator:
                 i = int(index)
                 if i < 0 or i >= len(base):
                     raise CelError("index '%d' out of range in list size '%d'" % (i, len(base)))
-                return base[i]
+                return _checked(base[i])
             if isinstance(base, dict):
                 if index not in base:
                     raise CelError("no such key: %s" % (index,))
-                return base[index]
+                return _checked(base[index])
             raise _no_overload("_[_]", base, index)
         if kind == "list":
             return [self.eval(item, scope) for item in node[1]]
@@ -759,7 +822,7 @@ class _Evaluator:
         raise CelError("unknown operator %s" % op)
 
     def macro(self, node, scope):
-        _, name, target, var, rest = node
+        _, name, target, var, rest = node[:5]
         collection = self.eval(target, scope)
         if isinstance(collection, dict):
             items = list(collection.keys())
@@ -943,6 +1006,22 @@ def _method(name, recv, args):
     raise _no_overload(name, recv, *args)
 
 
+class InvalidData:
+    """A value CEL cannot take as its schema's type (a JSON float in an integer field): using it in a rule is an
+    error, as in Kubernetes, which converts fields lazily (`invalid data, expected int, got float64`)."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message):
+        self.message = message
+
+
+def _checked(value):
+    if isinstance(value, InvalidData):
+        raise CelError(value.message)
+    return value
+
+
 def typed_value(value, schema):
     """Converts a JSON value for CEL using its schema: `number` fields become doubles."""
     if not isinstance(schema, dict):
@@ -950,6 +1029,8 @@ def typed_value(value, schema):
     typ = schema.get("type")
     if typ == "number" and _is_num(value):
         return float(value)
+    if typ == "integer" and isinstance(value, float) and not schema.get("x-kubernetes-int-or-string"):
+        return InvalidData("invalid data, expected int, got float64")
     if typ == "object" and isinstance(value, dict):
         props = schema.get("properties") or {}
         addl = schema.get("additionalProperties") if isinstance(schema.get("additionalProperties"), dict) else None
@@ -978,17 +1059,18 @@ class Program:
 def compile_expression(text, schema, result_type="bool"):
     """Parses and checks an expression against the schema of `self`; raises CelCompileError."""
     if not isinstance(text, str) or not text.strip():
-        raise CelCompileError("rule must be a non-empty string")
+        raise CelCompileError("rule is not specified", compilation=False)
     try:
         ast = _Parser(text).parse()
+        checker = _Checker(text, schema, True)
+        result = _simple(checker.check(ast, {}))
     except CelCompileError as exc:
-        raise CelCompileError("ERROR: <input>:1:%s" % exc) from exc
+        exc.text = text
+        raise
     except RecursionError as exc:
-        raise CelCompileError("expression nests too deeply") from exc
-    checker = _Checker(text, schema, True)
-    result = _simple(checker.check(ast, {}))
+        raise CelCompileError("expression nests too deeply", compilation=False) from exc
     if result_type and result not in (result_type, "dyn"):
-        raise CelCompileError("cel expression must evaluate to a %s, found %s" % (result_type, result))
+        raise CelCompileError("cel expression must evaluate to a %s" % result_type, compilation=False)
     return Program(text, ast, checker.uses_old)
 
 

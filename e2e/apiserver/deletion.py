@@ -119,7 +119,7 @@ class DeletionMixin:
         ns = key[0]
         if ns:
             self._maybe_finish_namespace(ns)
-        if rtype is not None and not self._is_builtin(rtype):
+        if rtype is not None and not self.is_builtin(rtype):
             crd = self._owning_crd(rtype)
             if crd is not None and (crd.obj.get("metadata") or {}).get("deletionTimestamp"):
                 self._cleanup_crd(crd)

@@ -60,19 +60,60 @@ def go_number(value):
 
 
 def go_value(value):
-    """Renders a bad value as field.Error does: numbers and bools plain, strings quoted, nil as "null"."""
+    """Renders a bad value as field.Error does: numbers and bools plain, strings quoted, nil as "null", maps,
+    slices and structs as Go's %#v (map keys sorted). An object with a `go_repr()` renders itself."""
     if value is None:
         return '"null"'
+    return _go_sharp_v(value)
+
+
+def _go_sharp_v(value):
+    if hasattr(value, "go_repr"):
+        return value.go_repr()
+    if value is None:
+        return "interface {}(nil)"
     if isinstance(value, (bool, int, float)):
         return go_number(value)
     if isinstance(value, str):
         return go_quote(value)
     if isinstance(value, dict):
         return "map[string]interface {}{%s}" % ", ".join(
-            "%s:%s" % (go_quote(k), go_value(v)) for k, v in value.items())
+            "%s:%s" % (go_quote(k), _go_sharp_v(value[k])) for k in sorted(value))
     if isinstance(value, list):
-        return "[]interface {}{%s}" % ", ".join(go_value(v) for v in value)
+        return "[]interface {}{%s}" % ", ".join(_go_sharp_v(v) for v in value)
     return go_quote(str(value))
+
+
+def go_plain(value):
+    """Go's %v of a JSON value (as unstructured data prints: [1 2], map[a:1], plain strings)."""
+    if value is None:
+        return "<nil>"
+    if isinstance(value, (bool, int, float)):
+        return go_number(value)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return "map[%s]" % " ".join("%s:%s" % (k, go_plain(value[k])) for k in sorted(value))
+    if isinstance(value, list):
+        return "[%s]" % " ".join(go_plain(v) for v in value)
+    return str(value)
+
+
+def go_type(value):
+    """Go's %T of a JSON value decoded into interface{} (as Kubernetes' unstructured objects hold it)."""
+    if value is None:
+        return "<nil>"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int64"
+    if isinstance(value, float):
+        return "float64"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "[]interface {}"
+    return "map[string]interface {}"
 
 
 class FieldError:

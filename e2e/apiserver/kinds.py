@@ -160,6 +160,10 @@ class Strategy:
         """Controller reactions to a status write (returns True if obj was changed)."""
         return False
 
+    def typing_error(self, obj):
+        """Why structured-merge-diff cannot type obj with this kind's schema (None: it can, or unknown)."""
+        return None
+
 
 def _path_getter(*path):
     def get(obj):

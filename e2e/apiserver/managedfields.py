@@ -228,14 +228,12 @@ class Entry:
         return out
 
     def describe(self):
-        """The manager as conflict messages print it."""
+        """The manager as conflict messages print it (the identifier never carries the time)."""
         text = errors.go_quote(self.manager)
         if self.subresource:
             text += " with subresource %s" % errors.go_quote(self.subresource)
         if self.operation == UPDATE:
             text += " using %s" % self.api_version
-            if self.time:
-                text += " at %s" % self.time
         return text
 
 
@@ -336,8 +334,8 @@ def record_update(old_obj, new_obj, node, manager, api_version, subresource, sco
         entry = Entry(manager, UPDATE, api_version, subresource or "", now, set())
         entries[key] = entry
     new_fields = (entry.fields | touched) - diff.removed
-    if new_fields != entry.fields or old_obj is None:
-        entry.time = now
+    if touched or old_obj is None:
+        entry.time = now  # the operation took fields: the object changed
     entry.fields = new_fields
     _store_entries(new_obj, entries)
     return new_obj
@@ -476,10 +474,18 @@ def apply(live_obj, config, node, manager, subresource, scope, status_reset, for
         raise ApplyConflict(conflicts)
     for entry in others:
         entry.fields = entry.fields - changed - diff.removed if force else entry.fields - diff.removed
-    time = now if (previous is None or previous.fields != config_set or diff.changed()) else previous.time
+    # The time is the last apply that changed the object; an apply that changes nothing keeps the entry's
+    # time (a new entry then has none), as structured-merge-diff returns no object for a no-op.
+    unchanged = live_obj is not None and json_equal(_without_managed(live_obj), _without_managed(merged))
+    time = (previous.time if previous is not None else None) if unchanged else now
     entries[key] = Entry(manager, APPLY, _api_version(config), subresource or "", time, config_set)
     _store_entries(merged, entries)
     return merged
+
+
+def _without_managed(obj):
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+    return dict(obj, metadata=meta)
 
 
 def _api_version(config):
@@ -496,6 +502,18 @@ def _scoped_config_for_merge(config, scope, status_reset):
         if key == "metadata" and isinstance(value, dict):
             value = {k: v for k, v in value.items() if k not in _SERVER_METADATA}
         out[key] = value
+    return out
+
+
+def scale_entries(managed_fields, replicas_path):
+    """The managedFields a Scale carries (the scale handler's ToSubresource): every entry owning the
+    replicas path, as an autoscaling/v1 entry owning spec.replicas."""
+    owned = tuple(("f", part) for part in replicas_path)
+    out = []
+    for entry in sorted(decode_entries(managed_fields).values(), key=_sort_key):
+        if owned in entry.fields:
+            out.append(Entry(entry.manager, entry.operation, "autoscaling/v1", entry.subresource, entry.time,
+                             {(("f", "spec"), ("f", "replicas"))}).to_json())
     return out
 
 

@@ -14,7 +14,7 @@ import json
 
 import yaml
 
-from . import errors, managedfields, patch as patching
+from . import autoscaling, errors, managedfields, patch as patching
 from .crd import CrdStrategy, established_status, preferred_version, resource_types_for, version_sort_key
 from .deletion import FOREGROUND, DeletionMixin
 from .kinds import ResourceType, builtin_types
@@ -36,7 +36,9 @@ _CONTINUE_VERSION = "meta.k8s.io/v1"
 
 
 class RequestContext:
-    """Who is asking and how: the field manager, dry-run and field-validation settings, collected warnings."""
+    """Who is asking and how: the field manager, dry-run and field-validation settings, collected warnings,
+    the duplicate fields the body's JSON had, and (for a strict patch) the patched object, which a strict
+    decoding error quotes."""
 
     def __init__(self, manager="unknown", dry_run=False, field_validation="Warn", user="admin"):
         self.manager = manager
@@ -44,6 +46,8 @@ class RequestContext:
         self.field_validation = field_validation
         self.user = user
         self.warnings = []
+        self.duplicates = []
+        self.patched = None
 
 
 class ListResult:
@@ -81,7 +85,7 @@ class Registry(DeletionMixin):
         self._builtin_groups = []
         self._crd_types = {}  # CRD name -> [ResourceType]
         self._lock = self.store.lock
-        for rtype in builtin_types():
+        for rtype in builtin_types() + autoscaling.resource_types():
             self._register(rtype, builtin=True)
         self._register(ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions",
                                     "CustomResourceDefinition", CrdStrategy(), namespaced=False,
@@ -150,7 +154,8 @@ class Registry(DeletionMixin):
 
     @staticmethod
     def list_items_carry_kind(rtype):
-        return rtype.group not in ("", "apps", "events.k8s.io", "coordination.k8s.io", "apiextensions.k8s.io")
+        return rtype.group not in ("", "apps", "autoscaling", "events.k8s.io", "coordination.k8s.io",
+                                   "apiextensions.k8s.io")
 
     # ------------------------------------------------------------------------------------ helpers
 
@@ -185,7 +190,7 @@ class Registry(DeletionMixin):
             except ValueError as exc:
                 raise self._invalid(rtype, meta.get("name") or "", [
                     errors.invalid("metadata.managedFields", "", str(exc))]) from exc
-        if self._is_builtin(rtype):
+        if self.is_builtin(rtype):
             check_builtin_shapes(obj, rtype.kind, rtype.version)
 
     @staticmethod
@@ -202,12 +207,21 @@ class Registry(DeletionMixin):
         return errors.invalid_object(group, kind, name, problems)
 
     def _handle_dropped(self, rtype, dropped, ctx):
-        if not dropped:
+        """Unknown (pruned) and duplicate fields under fieldValidation: Strict refuses them (400 for a body,
+        422 quoting the patched object for a patch), Warn (the default) answers with Warning headers."""
+        found = ['duplicate field "%s"' % d for d in ctx.duplicates]
+        found += ['unknown field "%s"' % d for d in sorted(dropped or ())]
+        ctx.duplicates = []
+        if not found:
             return
         if ctx.field_validation == "Strict":
-            raise errors.bad_request("strict decoding error: " + ", ".join('unknown field "%s"' % d for d in dropped))
+            detail = "strict decoding error: " + ", ".join(found)
+            if ctx.patched is not None:
+                raise errors.invalid_object("", "", "", [errors.invalid("patch", go_json(ctx.patched), detail)])
+            raise errors.bad_request('%s in version "%s" cannot be handled as a %s: %s'
+                                     % (rtype.kind, rtype.version, rtype.kind, detail))
         if ctx.field_validation != "Ignore":
-            ctx.warnings.extend('unknown field "%s"' % d for d in dropped)
+            ctx.warnings.extend(found)
 
     def _namespace_admission(self, rtype, ns, name):
         if not rtype.namespaced:
@@ -387,6 +401,8 @@ class Registry(DeletionMixin):
         dropped = strategy.decode(obj, rtype)
         self._handle_dropped(rtype, dropped, ctx)
         self._normalize_metadata(obj)
+        # The field manager types the object as sent, before the status is dropped.
+        untypable = strategy.typing_error(obj) if managed == "update" else None
         if strategy.status_subresource and not getattr(strategy, "keep_status_on_create", False):
             obj.pop("status", None)
         now = now_rfc3339()
@@ -400,8 +416,11 @@ class Registry(DeletionMixin):
             meta.pop("generation", None)
         if managed == "update":
             meta.pop("managedFields", None)
-            managedfields.record_update(None, obj, strategy.type_node, ctx.manager, rtype.api_version, "", "main",
-                                        strategy.status_subresource, now, strategy.skeleton(rtype))
+            if untypable is None:
+                managedfields.record_update(None, obj, strategy.type_node, ctx.manager, rtype.api_version, "",
+                                            "main", strategy.status_subresource, now, strategy.skeleton(rtype))
+            # else: as the API server, whose field manager fails on an object it cannot type and then stores
+            # the object without any managedFields.
         with self._lock:
             self._namespace_admission(rtype, ns, name)
             self._crd_admission(rtype)
@@ -468,11 +487,16 @@ class Registry(DeletionMixin):
         self._normalize_metadata(new)
         if subresource == "status":
             status = new.get("status")
+            applied = (new.get("metadata") or {}).get("managedFields")
             new = deepcopy(old_view)
             if status is None:
                 new.pop("status", None)
             else:
                 new["status"] = status
+            if managed == "preset":  # an apply to /status: the entries it computed
+                new["metadata"].pop("managedFields", None)
+                if applied:
+                    new["metadata"]["managedFields"] = applied
         elif strategy.status_subresource:
             if "status" in old_view:
                 new["status"] = deepcopy(old_view["status"])
@@ -488,8 +512,11 @@ class Registry(DeletionMixin):
         now = now_rfc3339()
         scope = "status" if subresource == "status" else "main"
         if managed == "update":
-            managedfields.record_update(old_view, new, strategy.type_node, ctx.manager, rtype.api_version,
-                                        subresource, scope, strategy.status_subresource, now)
+            if strategy.typing_error(new) is None:
+                managedfields.record_update(old_view, new, strategy.type_node, ctx.manager, rtype.api_version,
+                                            subresource, scope, strategy.status_subresource, now)
+            else:
+                meta.pop("managedFields", None)
         strategy.prepare_update(new, old_view, ctx)
         problems = strategy.validate(new, old_view, rtype)
         if problems:
@@ -530,7 +557,7 @@ class Registry(DeletionMixin):
             body = json.loads(raw.decode("utf-8") if raw else "null")
         except (ValueError, UnicodeDecodeError) as exc:
             raise errors.bad_request("error decoding patch: %s" % exc) from exc
-        if content_type == STRATEGIC_PATCH and not self._is_builtin(rtype):
+        if content_type == STRATEGIC_PATCH and not self.is_builtin(rtype):
             raise errors.unsupported_media_type(content_type, [JSON_PATCH, MERGE_PATCH, APPLY_PATCH])
         with self._lock:
             old = self._get_stored(rtype, ns, name)
@@ -551,6 +578,8 @@ class Registry(DeletionMixin):
             if not isinstance(new, dict):
                 raise errors.bad_request("the patch produced a %s, not an object" % type(new).__name__)
             new = deepcopy(new)
+            if ctx.field_validation == "Strict":
+                ctx.patched = deepcopy(new)
             self._check_kind(rtype, new)
             meta = new["metadata"]
             if meta.get("name", name) != name:
@@ -566,7 +595,7 @@ class Registry(DeletionMixin):
                                       % (uid, old.obj["metadata"].get("uid")))
             return False, self._write(rtype, old, new, ctx, subresource, "update")
 
-    def _is_builtin(self, rtype):
+    def is_builtin(self, rtype):
         return rtype.group in self._builtin_groups
 
     def _apply(self, rtype, ns, name, raw, query, ctx, subresource):
@@ -582,9 +611,21 @@ class Registry(DeletionMixin):
         if not isinstance(config, dict):
             raise errors.bad_request("the apply patch must be a YAML or JSON object, not %s"
                                      % type(config).__name__)
-        if not config.get("apiVersion") or not config.get("kind"):
-            raise errors.bad_request("invalid object type: %s, Kind=%s" % (config.get("apiVersion", "/"),
-                                                                          config.get("kind", "")))
+        # As the API server's field manager: the version first, then whether it can type the configuration.
+        expected = "autoscaling/v1" if subresource == "scale" else rtype.api_version
+        version = config.get("apiVersion") if isinstance(config.get("apiVersion"), str) else ""
+        if version != expected:
+            raise errors.bad_request("Incorrect version specified in apply patch. Specified patch version: %s, "
+                                     "expected: %s" % (version, expected))
+        kind = config.get("kind") if isinstance(config.get("kind"), str) else ""
+        meta = config.get("metadata") if isinstance(config.get("metadata"), dict) else {}
+        where = "%s/%s; %s, Kind=%s" % (meta.get("namespace") or "", meta.get("name") or "", version, kind)
+        if subresource == "scale" or kind != rtype.kind:
+            raise errors.ApiError(500, "", "failed to create typed patch object (%s): no corresponding type for "
+                                           "%s, Kind=%s" % (where, version, kind), None)
+        typing = rtype.strategy.typing_error(config)
+        if typing:
+            raise errors.ApiError(500, "", "failed to create typed patch object (%s): %s" % (where, typing), None)
         self._check_kind(rtype, config)
         meta = config["metadata"]
         self._check_identity(rtype, ns, name, meta)
@@ -617,7 +658,11 @@ class Registry(DeletionMixin):
             raise errors.path_not_found()
         return scale
 
-    def scale_of(self, rtype, stored):
+    def scale_of(self, rtype, stored, managed_fields=False):
+        """The autoscaling/v1 Scale of an object (Go's field order; spec.replicas 0 is omitted, as omitempty
+        does). With managed_fields, the Scale is the one a patch applies to: it also carries the object's
+        managedFields as the server's scale handler converts them (ToSubresource: the entries owning the
+        replicas path, as spec.replicas of autoscaling/v1)."""
         spec_path, status_path, selector_path = self._scale_paths(rtype)
         obj = stored.obj
         meta = obj.get("metadata") or {}
@@ -631,15 +676,26 @@ class Registry(DeletionMixin):
             status["selector"] = selector
         scale_meta = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
                       if k in meta}
-        return {"kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": scale_meta,
-                "spec": {"replicas": replicas or 0}, "status": status}
+        if managed_fields:
+            entries = managedfields.scale_entries(meta.get("managedFields"), parse_json_path(spec_path))
+            if entries:
+                scale_meta["managedFields"] = entries
+        # A patch applies to the Scale with spec.replicas present even when 0 (a recorded JSON patch `replace
+        # /spec/replicas` of a Scale at 0 succeeds); a read omits it.
+        spec = {"replicas": replicas or 0} if replicas or managed_fields else {}
+        return {"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": scale_meta, "spec": spec,
+                "status": status}
 
     def update_scale(self, rtype, ns, name, body, ctx, patch_type=None, raw=None):
+        """PUT or PATCH of /scale: the replicas go to the object's specReplicasPath, which is then validated as
+        the object (a custom resource's schema and rules judge the value; the Scale itself is checked only
+        for the built-in kinds). As in v1.26, the writer gets no managedFields entry and every previous owner
+        of the replicas path loses it."""
         spec_path, _, _ = self._scale_paths(rtype)
         with self._lock:
             old = self._get_stored(rtype, ns, name)
             if patch_type is not None:
-                current = self.scale_of(rtype, old)
+                current = self.scale_of(rtype, old, managed_fields=True)
                 try:
                     data = json.loads(raw.decode("utf-8") if raw else "null")
                     if patch_type == MERGE_PATCH:
@@ -658,11 +714,19 @@ class Registry(DeletionMixin):
                     raise errors.bad_request(str(exc))
             if not isinstance(body, dict):
                 raise errors.bad_request("the object provided is unrecognized (must be of type Scale)")
+            replicas = (body.get("spec") or {}).get("replicas") if isinstance(body.get("spec"), dict) else None
+            replicas = 0 if replicas is None else replicas
+            if not isinstance(replicas, int) or isinstance(replicas, bool) or not -2 ** 31 <= replicas < 2 ** 31:
+                problem = "json: cannot unmarshal %s into Go struct field ScaleSpec.spec.replicas of type int32" \
+                    % _go_json_kind(replicas)
+                if patch_type is not None:
+                    raise errors.invalid_object("", "", "", [errors.invalid(
+                        "patch", json.dumps(body, separators=(",", ":"), ensure_ascii=False), problem)])
+                raise errors.bad_request('Scale in version "v1" cannot be handled as a Scale: ' + problem)
             rv = (body.get("metadata") or {}).get("resourceVersion")
             if rv and rv != old.obj["metadata"]["resourceVersion"]:
                 raise errors.conflict(rtype.group, rtype.resource, name)
-            replicas = (body.get("spec") or {}).get("replicas", 0)
-            if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            if self.is_builtin(rtype) and replicas < 0:
                 raise errors.invalid_object("autoscaling", "Scale", name, [
                     errors.invalid("spec.replicas", replicas, "must be greater than or equal to 0")])
             new = deepcopy(self.view(rtype, old.obj))
@@ -753,6 +817,26 @@ class Registry(DeletionMixin):
             self._types.pop((rtype.group, rtype.version, rtype.resource), None)
             self._bucket_types.pop(rtype.storage, None)
             self.store.drop_bucket(rtype.storage)
+
+
+def _go_json_kind(value):
+    """How Go's JSON decoder names a value it cannot put into an int32 field."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number %s" % json.dumps(value)
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def go_json(value):
+    """JSON as Go's encoding/json writes a map (keys sorted, no spaces, <>& escaped)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
 
 def _selector_string(selector):
     if not isinstance(selector, dict):

@@ -14,7 +14,6 @@ from .util import deepcopy, parse_time
 _OBJECT_META_FIELDS = {"name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",
                        "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels",
                        "annotations", "ownerReferences", "finalizers", "managedFields"}
-_TYPES = {"object", "array", "string", "integer", "number", "boolean"}
 # Errors after which CEL rules are not evaluated (the object is too broken for rules to be meaningful).
 _BLOCKING = {errors.REQUIRED, errors.TYPE_INVALID, errors.TOO_LONG, errors.TOO_MANY}
 
@@ -32,7 +31,7 @@ def _is_strings(v):
 
 
 # Keyword -> (check of its value, what it must be); a CRD schema breaking these is rejected.
-_KEYWORD_TYPES = {
+KEYWORD_TYPES = {
     "type": (lambda v: isinstance(v, str), "a string"),
     "properties": (lambda v: isinstance(v, dict), "an object of schemas"),
     "additionalProperties": (lambda v: isinstance(v, (bool, dict)), "a boolean or a schema"),
@@ -80,103 +79,71 @@ def _schema_path(path, name):
 
 
 class _Rule:
-    __slots__ = ("program", "message", "message_program", "text")
+    __slots__ = ("program", "message", "text")
 
-    def __init__(self, program, message, message_program, text):
+    def __init__(self, program, message, text):
         self.program = program
-        self.message = message
-        self.message_program = message_program
-        self.text = text
+        self.message = message.strip() if isinstance(message, str) else message
+        self.text = text.strip()
+
+    def error_string(self):
+        """Kubernetes' ruleErrorString: the message when there is one, else the rule."""
+        return self.message or self.text
+
+    def failure_message(self):
+        """Kubernetes' ruleMessageOrDefault."""
+        return self.message or "failed rule: %s" % self.text
 
 
 class StructuralSchema:
-    """A compiled CRD version schema."""
+    """A compiled schema (a CRD version's, or any node of one): prunes, defaults and validates values and runs
+    its CEL rules. Whether a CRD's schema is acceptable at all is crdschema's business; this class only refuses
+    what it cannot work with (malformed keywords, rules that do not compile)."""
 
-    def __init__(self, openapi, error_path="spec.validation.openAPIV3Schema"):
+    def __init__(self, openapi, error_path="spec.validation.openAPIV3Schema", compile_rules=True):
         if not isinstance(openapi, dict):
             raise SchemaError([errors.required(error_path, "schemas are required")])
         self.root = openapi
         self._rules = {}
         problems = []
-        self._compile(openapi, error_path, problems, root=True)
+        self._compile(openapi, error_path, problems, compile_rules)
         if problems:
             raise SchemaError(problems)
 
     # ------------------------------------------------------------------------------------ compilation
 
-    def _compile(self, node, path, problems, root=False):
+    def _compile(self, node, path, problems, compile_rules):
         if not isinstance(node, dict):
             problems.append(errors.invalid(path, node, "must be a schema object"))
             return
         bad = [errors.invalid("%s.%s" % (path, key), node[key], "must be %s" % what)
-               for key, (check, what) in _KEYWORD_TYPES.items() if key in node and not check(node[key])]
+               for key, (check, what) in KEYWORD_TYPES.items() if key in node and not check(node[key])]
         if bad:
             problems.extend(bad)
             return
-        typ = node.get("type")
-        if typ is not None and typ not in _TYPES:
-            problems.append(errors.not_supported(path + ".type", typ, sorted(_TYPES)))
-        if root and typ not in (None, "object"):
-            problems.append(errors.invalid(path + ".type", typ, "must be object at the root"))
-        special = node.get("x-kubernetes-int-or-string") or node.get("x-kubernetes-preserve-unknown-fields")
-        if typ is None and not root and not special and not any(k in node for k in ("allOf", "anyOf", "oneOf",
-                                                                                    "not")):
-            problems.append(errors.required(path + ".type", "must not be empty for specified object fields"))
-        if "pattern" in node:
-            try:
-                re.compile(node["pattern"])
-            except re.error as exc:
-                problems.append(errors.invalid(path + ".pattern", node["pattern"], "invalid regex: %s" % exc))
         for name, sub in (node.get("properties") or {}).items():
-            self._compile(sub, _schema_path(path, name), problems)
+            self._compile(sub, _schema_path(path, name), problems, compile_rules)
         if isinstance(node.get("additionalProperties"), dict):
-            self._compile(node["additionalProperties"], path + ".additionalProperties", problems)
-        if typ == "array":
-            if not isinstance(node.get("items"), dict):
-                problems.append(errors.required(path + ".items", "must be specified for arrays"))
-            else:
-                self._compile(node["items"], path + ".items", problems)
-        if node.get("x-kubernetes-list-type") == "map" and not node.get("x-kubernetes-list-map-keys"):
-            problems.append(errors.required(path + ".x-kubernetes-list-map-keys",
-                                            "must not be empty if x-kubernetes-list-type is map"))
+            self._compile(node["additionalProperties"], path + ".additionalProperties", problems, compile_rules)
+        if isinstance(node.get("items"), dict):
+            self._compile(node["items"], path + ".items", problems, compile_rules)
         rules = node.get("x-kubernetes-validations")
-        if rules is not None:
-            if not isinstance(rules, list):
-                problems.append(errors.invalid(path + ".x-kubernetes-validations", rules, "must be a list"))
-                return
-            compiled = []
-            for i, rule in enumerate(rules):
-                rule_path = "%s.x-kubernetes-validations[%d]" % (path, i)
-                if not isinstance(rule, dict) or not isinstance(rule.get("rule"), str):
-                    problems.append(errors.required(rule_path + ".rule", "must be a string"))
-                    continue
-                unknown = set(rule) - {"rule", "message", "messageExpression", "reason", "fieldPath"}
-                if unknown:
-                    problems.append(errors.invalid(rule_path, sorted(unknown)[0],
-                                                   "unsupported field in validation rule"))
-                    continue
-                try:
-                    program = cel.compile_rule(rule["rule"], node)
-                except cel.CelCompileError as exc:
-                    problems.append(errors.invalid(rule_path + ".rule", rule["rule"],
-                                                   "compilation failed: %s" % exc))
-                    continue
-                message_program = None
-                if "messageExpression" in rule:
-                    try:
-                        message_program = cel.compile_expression(rule["messageExpression"], node, "string")
-                    except cel.CelCompileError as exc:
-                        problems.append(errors.invalid(rule_path + ".messageExpression", rule["messageExpression"],
-                                                       "messageExpression compilation failed: %s" % exc))
-                        continue
-                compiled.append(_Rule(program, rule.get("message"), message_program, rule["rule"]))
-            if compiled:
-                self._rules[id(node)] = compiled
-        for key in ("allOf", "anyOf", "oneOf"):
-            for i, sub in enumerate(node.get(key) or []):
-                if isinstance(sub, dict) and "x-kubernetes-validations" in sub:
-                    problems.append(errors.forbidden("%s.%s[%d].x-kubernetes-validations" % (path, key, i),
-                                                     "must be empty inside %s" % key))
+        if rules is None or not compile_rules:
+            return
+        compiled = []
+        for i, rule in enumerate(rules):
+            rule_path = "%s.x-kubernetes-validations[%d]" % (path, i)
+            if not isinstance(rule, dict) or not isinstance(rule.get("rule"), str):
+                problems.append(errors.required(rule_path + ".rule", "rule is not specified"))
+                continue
+            try:
+                program = cel.compile_rule(rule["rule"], node)
+            except cel.CelCompileError as exc:
+                problems.append(errors.invalid(rule_path + ".rule", rule["rule"], exc.detail()))
+                continue
+            compiled.append(_Rule(program, rule.get("message"), rule["rule"]))
+        if compiled:
+            self._rules[id(node)] = compiled
 
     # ------------------------------------------------------------------------------------ pruning
 
@@ -274,12 +241,20 @@ class StructuralSchema:
     # ------------------------------------------------------------------------------------ validation
 
     def validate(self, obj, old=None):
-        """All schema and rule violations of a (pruned, defaulted) object, as FieldErrors."""
+        """All schema and rule violations of a (pruned, defaulted) object, as FieldErrors. Of the metadata,
+        only name and generateName are validated, against what the root metadata schema says of them."""
         problems = []
         body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
         root = dict(self.root)
         props = {k: v for k, v in (root.get("properties") or {}).items() if k not in ("apiVersion", "kind",
                                                                                       "metadata")}
+        meta_schema = (root.get("properties") or {}).get("metadata")
+        meta_props = (meta_schema.get("properties") or {}) if isinstance(meta_schema, dict) else {}
+        restricted = {k: v for k, v in meta_props.items() if k in ("name", "generateName")}
+        if restricted:
+            meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+            body["metadata"] = {k: meta[k] for k in restricted if k in meta}
+            props["metadata"] = {"type": "object", "properties": restricted}
         root["properties"] = props
         root["required"] = [r for r in root.get("required") or [] if r not in ("apiVersion", "kind", "metadata")]
         self._validate(body, root, "", problems)
@@ -297,12 +272,37 @@ class StructuralSchema:
         self._rules_walk(body, old_body, self.root, "", problems)
         return problems
 
-    def _type_error(self, value, want, path, problems):
+    def validate_value(self, value):
+        """Problems of a value against this schema with paths relative to it (the root named "", as the API
+        server names a default it validates): `spec.x` style fields, "" for the value itself."""
+        problems = []
+        self._validate(value, self.root, "", problems, root="")
+        return problems
+
+    def validate_value_rules(self, value, old, problems):
+        """Runs this schema's CEL rules (and those nested in it) over a value; fields relative to it."""
+        self._rules_walk(value, old, self.root, "", problems)
+        return problems
+
+    def pruned_copy(self, value):
+        """The value with every field this schema does not declare removed."""
+        out = deepcopy(value)
+        self._prune_value(out, self.root, "", [])
+        return out
+
+    def typing_error(self, obj):
+        """What structured-merge-diff says when it types `obj` with this schema (server-side apply and
+        managedFields): a field the schema does not declare or a value of the wrong kind, as
+        `.spec.workers.foo: field not declared in schema`; None when the object types."""
+        body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
+        return _typing_error(body, self.root, "", top=True)
+
+    def _type_error(self, value, want, path, problems, root="body"):
         got = _json_type(value)
         problems.append(errors.type_invalid(path or "<nil>", got, "%s in body must be of type %s: %s"
-                                            % (path or "body", want, errors.go_quote(got))))
+                                            % (path or root, want, errors.go_quote(got))))
 
-    def _validate(self, value, schema, path, problems):
+    def _validate(self, value, schema, path, problems, root="body"):
         if not isinstance(schema, dict):
             return
         typ = schema.get("type")
@@ -310,16 +310,19 @@ class StructuralSchema:
             if schema.get("nullable"):
                 return
             if typ:
-                self._type_error(value, typ, path, problems)
+                self._type_error(value, typ, path, problems, root)
             return
         if schema.get("x-kubernetes-int-or-string"):
             if not (isinstance(value, str) or _is_int(value)):
-                self._type_error(value, "integer,string", path, problems)
+                # go-openapi checks the type, then still tries the alternatives (integer, string).
+                self._type_error(value, "integer,string", path, problems, root)
+                if schema.get("anyOf"):
+                    self._any_of(value, schema["anyOf"], path, problems)
                 return
         elif typ and not _type_matches(value, typ):
-            self._type_error(value, typ, path, problems)
+            self._type_error(value, typ, path, problems, root)
             return
-        where = path or "body"
+        where = path or root
         if "enum" in schema and isinstance(schema["enum"], list):
             if not any(_json_equal(value, e) for e in schema["enum"]):
                 problems.append(errors.not_supported(path, value, schema["enum"]))
@@ -333,17 +336,25 @@ class StructuralSchema:
             self._validate_object(value, schema, path, where, problems)
         for i, sub in enumerate(schema.get("allOf") or []):
             self._validate(value, sub, path, problems)
-        if schema.get("anyOf"):
-            if not any(not self._errors_of(value, sub, path) for sub in schema["anyOf"]):
-                problems.append(errors.invalid(path, value, "%s in body must validate at least one schema (anyOf)"
-                                               % where))
+        if schema.get("anyOf") and not schema.get("x-kubernetes-int-or-string"):
+            self._any_of(value, schema["anyOf"], path, problems)
         if schema.get("oneOf"):
-            passing = sum(1 for sub in schema["oneOf"] if not self._errors_of(value, sub, path))
+            results = [self._errors_of(value, sub, path) for sub in schema["oneOf"]]
+            passing = sum(1 for found in results if not found)
             if passing != 1:
-                problems.append(errors.invalid(path, value, "%s in body must validate one and only one schema "
-                                                            "(oneOf)" % where))
+                problems.append(_composite("%s must validate one and only one schema (oneOf)" % errors.go_quote(path)))
+            if passing == 0:
+                problems.extend(results[0])
         if isinstance(schema.get("not"), dict) and not self._errors_of(value, schema["not"], path):
-            problems.append(errors.invalid(path, value, "%s in body must not validate the schema (not)" % where))
+            problems.append(_composite("%s must not validate the schema (not)" % errors.go_quote(path)))
+
+    def _any_of(self, value, alternatives, path, problems):
+        """go-openapi's anyOf: when none passes, a composite error and the first alternative's errors."""
+        results = [self._errors_of(value, sub, path) for sub in alternatives]
+        if any(not found for found in results):
+            return
+        problems.append(_composite("%s must validate at least one schema (anyOf)" % errors.go_quote(path)))
+        problems.extend(results[0])
 
     def _errors_of(self, value, schema, path):
         found = []
@@ -382,7 +393,7 @@ class StructuralSchema:
         if "minLength" in schema and len(value) < schema["minLength"]:
             problems.append(errors.invalid(path, value, "%s in body should be at least %d chars long"
                                            % (where, schema["minLength"])))
-        if "pattern" in schema and re.search(schema["pattern"], value) is None:
+        if "pattern" in schema and not _pattern_matches(schema["pattern"], value):
             problems.append(errors.invalid(path, value, "%s in body should match '%s'" % (where, schema["pattern"])))
         fmt = schema.get("format")
         if fmt == "date-time" and parse_time(value) is None:
@@ -454,11 +465,10 @@ class StructuralSchema:
                     raise cel.CelError("rule did not evaluate to a bool")
             except cel.CelError as exc:
                 problems.append(errors.invalid(path or "<nil>", _schema_type_name(schema),
-                                               "%s evaluating rule: %s" % (exc, rule.text)))
+                                               "%s evaluating rule: %s" % (exc, rule.error_string())))
                 continue
             if not result:
-                problems.append(errors.invalid(path or "<nil>", _schema_type_name(schema),
-                                               self._rule_message(rule, typed, typed_old)))
+                problems.append(errors.invalid(path or "<nil>", _schema_type_name(schema), rule.failure_message()))
         if isinstance(value, dict):
             props = schema.get("properties") or {}
             addl = schema.get("additionalProperties") if isinstance(schema.get("additionalProperties"), dict) \
@@ -485,20 +495,84 @@ class StructuralSchema:
                     old_item = old_by_key.get(tuple(repr(item.get(k)) for k in keys))
                 self._rules_walk(item, old_item, items, _index(path, i), problems)
 
-    @staticmethod
-    def _rule_message(rule, typed, typed_old):
-        if rule.message_program is not None:
-            try:
-                text = rule.message_program.evaluate(typed, typed_old)
-                if isinstance(text, str) and text.strip():
-                    return text
-            except cel.CelError:
-                pass
-        return rule.message or "failed rule: %s" % rule.text
+
+
+def _typing_error(value, schema, path, top=False):
+    if value is None or not isinstance(schema, dict):
+        return None
+    if schema.get("x-kubernetes-preserve-unknown-fields") and not schema.get("properties"):
+        return None
+    if schema.get("x-kubernetes-int-or-string"):
+        if isinstance(value, (dict, list)):
+            return "%s: expected scalar, got %s" % (path, "map" if isinstance(value, dict) else "list")
+        return None
+    typ = schema.get("type")
+    if typ in ("integer", "number"):
+        if not _is_number(value):
+            return "%s: expected numeric (int or float), got %s" % (path, errors.go_type(value))
+        return None
+    if typ == "string":
+        if not isinstance(value, str):
+            return "%s: expected string, got %s" % (path, errors.go_plain(value))
+        return None
+    if typ == "boolean":
+        if not isinstance(value, bool):
+            return "%s: expected boolean, got %s" % (path, errors.go_plain(value))
+        return None
+    if typ == "array":
+        if not isinstance(value, list):
+            return "%s: expected list, got %s" % (path, errors.go_plain(value))
+        for i, item in enumerate(value):
+            found = _typing_error(item, schema.get("items"), "%s[%d]" % (path, i))
+            if found:
+                return found
+        return None
+    if typ == "object" or top:
+        if not isinstance(value, dict):
+            return "%s: expected map, got %s" % (path, errors.go_plain(value))
+        props = schema.get("properties") or {}
+        addl = schema.get("additionalProperties")
+        for key, item in value.items():
+            child = "%s.%s" % (path, key)
+            if key in props:
+                found = _typing_error(item, props[key], child)
+            elif isinstance(addl, dict):
+                found = _typing_error(item, addl, child)
+            elif addl is True or schema.get("x-kubernetes-preserve-unknown-fields"):
+                found = None
+            else:
+                found = "%s: field not declared in schema" % child
+            if found:
+                return found
+    return None
+
+
+def _composite(message):
+    """A go-openapi CompositeError as the API server reports it: no field (the validated root), no value."""
+    return errors.invalid("<nil>", "", message)
+
+
+_PATTERNS = {}
+
+
+def _pattern_matches(pattern, value):
+    compiled = _PATTERNS.get(pattern)
+    if compiled is None:
+        try:
+            compiled = re.compile(pattern)
+        except re.error:
+            compiled = False
+        _PATTERNS[pattern] = compiled
+    return compiled is False or compiled.search(value) is not None
 
 
 def _is_int(value):
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_json_integer(value):
+    """go-openapi's integer check: a JSON integer, or a float with an integral value (2.0)."""
+    return _is_int(value) or (isinstance(value, float) and value.is_integer())
 
 
 def _is_number(value):
@@ -507,7 +581,7 @@ def _is_number(value):
 
 def _type_matches(value, typ):
     if typ == "integer":
-        return _is_int(value)
+        return _is_json_integer(value)
     if typ == "number":
         return _is_number(value)
     if typ == "string":

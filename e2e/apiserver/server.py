@@ -107,8 +107,27 @@ def _go_json_error(raw, exc):
     return "couldn't get version/kind; json parse error: %s (%s)" % (problem, snippet)
 
 
-def decode_body(raw, content_type, kind):
-    """The request body as a JSON value (JSON or YAML); 400 with the API server's wording when malformed."""
+class _Pairs(list):
+    """A JSON object as its key/value pairs, in order (so that duplicate keys are seen)."""
+
+
+def _resolve_pairs(value, path, duplicates):
+    if isinstance(value, _Pairs):
+        out = {}
+        for key, item in value:
+            child = "%s.%s" % (path, key) if path else key
+            if key in out:
+                duplicates.append(child)
+            out[key] = _resolve_pairs(item, child, duplicates)
+        return out
+    if isinstance(value, list):
+        return [_resolve_pairs(item, "%s[%d]" % (path, i), duplicates) for i, item in enumerate(value)]
+    return value
+
+
+def decode_body(raw, content_type, kind, duplicates=None):
+    """The request body as a JSON value (JSON or YAML); 400 with the API server's wording when malformed.
+    With a `duplicates` list, the paths of duplicate JSON keys (the last one wins) are appended to it."""
     if not raw:
         raise errors.bad_request("the object provided is unrecognized (must be of type %s): couldn't get "
                                  "version/kind; json parse error: unexpected end of JSON input" % kind)
@@ -119,7 +138,9 @@ def decode_body(raw, content_type, kind):
             raise errors.bad_request("the object provided is unrecognized (must be of type %s): %s"
                                      % (kind, exc)) from exc
     try:
-        return json.loads(raw.decode("utf-8"))
+        if duplicates is None:
+            return json.loads(raw.decode("utf-8"))
+        return _resolve_pairs(json.loads(raw.decode("utf-8"), object_pairs_hook=_Pairs), "", duplicates)
     except json.JSONDecodeError as exc:
         raise errors.bad_request("the object provided is unrecognized (must be of type %s): %s"
                                  % (kind, _go_json_error(raw, exc))) from exc
@@ -482,7 +503,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return 201
             if name or sub:
                 raise errors.method_not_allowed()
-            body = decode_body(raw, self._content_type(), rtype.kind)
+            body = decode_body(raw, self._content_type(), rtype.kind, ctx.duplicates)
             stored = registry.create(rtype, ns, body, ctx)
             self._send(201, registry.serialize(rtype, stored), warnings=ctx.warnings)
             return 201
@@ -495,7 +516,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return 200
             if sub not in ("", "status"):
                 raise errors.method_not_allowed()
-            body = decode_body(raw, self._content_type(), rtype.kind)
+            body = decode_body(raw, self._content_type(), rtype.kind, ctx.duplicates)
             created, stored = registry.update(rtype, ns, name, body, ctx, sub)
             code = 201 if created else 200
             self._send(code, registry.serialize(rtype, stored), warnings=ctx.warnings)
@@ -506,10 +527,12 @@ class _Handler(BaseHTTPRequestHandler):
             content_type = self._content_type()
             if content_type not in reg.PATCH_TYPES:
                 raise errors.unsupported_media_type(content_type, reg.PATCH_TYPES)
-            if sub == "scale":
+            # An apply to a custom resource's /scale reaches its field manager (which cannot type a Scale).
+            scale_apply = sub == "scale" and content_type == reg.APPLY_PATCH and not registry.is_builtin(rtype)
+            if sub == "scale" and not scale_apply:
                 self._send_obj(200, registry.update_scale(rtype, ns, name, None, ctx, content_type, raw))
                 return 200
-            if sub not in ("", "status"):
+            if sub not in ("", "status") and not scale_apply:
                 raise errors.method_not_allowed()
             created, stored = registry.patch(rtype, ns, name, content_type, raw, query, ctx, sub)
             code = 201 if created else 200

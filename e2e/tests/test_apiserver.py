@@ -172,6 +172,105 @@ def test_unknown_fields_are_pruned_with_a_warning_or_rejected_when_strict(kube, 
     assert resp.status == 400 and "spec.bogus" in resp.json()["message"]
 
 
+def test_duplicate_json_fields_warn_or_are_refused_when_strict(kube, ns):
+    body = json.dumps(widget("dup", ns, replicas=2))
+    body = body.replace('"replicas": 2', '"replicas": 2, "replicas": 3')
+    resp = kube.request("POST", WIDGETS % ns, body, "application/json", {"dryRun": "All"})
+    assert resp.status == 201 and resp.json()["spec"]["replicas"] == 3
+    assert resp.warnings == ['299 - "duplicate field \\"spec.replicas\\""']
+    resp = kube.request("POST", WIDGETS % ns, body, "application/json", {"fieldValidation": "Strict"})
+    assert resp.status == 400
+    assert resp.json()["message"] == ('Widget in version "v1" cannot be handled as a Widget: strict decoding error: '
+                                      'duplicate field "spec.replicas"')
+    resp = kube.request("POST", WIDGETS % ns, body, "application/json", {"fieldValidation": "Ignore",
+                                                                          "dryRun": "All"})
+    assert resp.status == 201 and resp.warnings == []
+
+
+def test_strict_patch_quotes_the_patched_object(kube, ns):
+    kube.create(WIDGETS % ns, widget("sp", ns))
+    resp = kube.request("PATCH", WIDGETS % ns + "/sp", json.dumps({"spec": {"bogus": 1}}),
+                        "application/merge-patch+json", {"fieldValidation": "Strict"})
+    assert resp.status == 422
+    cause = resp.json()["details"]["causes"][0]
+    assert cause["field"] == "patch" and cause["message"].endswith('strict decoding error: unknown field "spec.bogus"')
+    assert '\\"bogus\\":1' in cause["message"]
+    resp = kube.request("PATCH", WIDGETS % ns + "/sp", json.dumps({"spec": {"bogus": 1}}),
+                        "application/merge-patch+json")
+    assert resp.status == 200 and resp.warnings == ['299 - "unknown field \\"spec.bogus\\""']
+
+
+def test_apply_that_cannot_be_typed_is_a_500_as_on_a_real_server(kube, ns):
+    path = WIDGETS % ns + "/typed"
+    config = widget("typed", ns)
+    config["spec"]["bogus"] = 1
+    for validation in ("Strict", "Warn", "Ignore"):
+        resp = kube.request("PATCH", path, json.dumps(config), "application/apply-patch+yaml",
+                            {"fieldManager": "m", "fieldValidation": validation})
+        assert resp.status == 500, resp.body
+        assert resp.json()["message"] == ("failed to create typed patch object (%s/typed; test.sluice.dev/v1, "
+                                          "Kind=Widget): .spec.bogus: field not declared in schema" % ns)
+        assert "reason" not in resp.json()
+    config["spec"] = {"image": "sluice/worker:dev", "replicas": "two"}
+    resp = kube.request("PATCH", path, json.dumps(config), "application/apply-patch+yaml", {"fieldManager": "m"})
+    assert resp.status == 500 and "expected numeric (int or float), got string" in resp.json()["message"]
+    del config["apiVersion"]
+    resp = kube.request("PATCH", path, json.dumps(config), "application/apply-patch+yaml", {"fieldManager": "m"})
+    assert resp.status == 400 and resp.json()["message"] == (
+        "Incorrect version specified in apply patch. Specified patch version: , expected: test.sluice.dev/v1")
+    config.update(apiVersion="autoscaling/v1", kind="Scale", spec={"replicas": 1})
+    kube.create(WIDGETS % ns, widget("typed", ns))
+    resp = kube.request("PATCH", path + "/scale", json.dumps(config), "application/apply-patch+yaml",
+                        {"fieldManager": "m"})
+    assert resp.status == 500 and resp.json()["message"].endswith(
+        "no corresponding type for autoscaling/v1, Kind=Scale")
+
+
+def test_integral_floats_are_integers_to_the_schema_but_not_to_cel(kube, ns):
+    with pytest.raises(ApiException) as exc:
+        kube.create(WIDGETS % ns, widget("float", ns, replicas=2.0))
+    causes = {(c["field"], c["message"]) for c in exc.value.body["details"]["causes"]}
+    assert causes == {
+        (".spec.replicas", "Invalid value: 0: .spec.replicas accessor error: 2 is of the type float64, expected int64"),
+        ("spec", 'Invalid value: "object": invalid data, expected int, got float64 evaluating rule: replicas must '
+                 'be within [minReplicas, maxReplicas]')}
+
+
+def test_horizontal_pod_autoscalers_are_stored_defaulted_and_validated(kube, ns):
+    path = "/apis/autoscaling/v2/namespaces/%s/horizontalpodautoscalers" % ns
+    hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "h"},
+           "spec": {"scaleTargetRef": {"apiVersion": "test.sluice.dev/v1", "kind": "Widget", "name": "a"},
+                    "maxReplicas": 3, "behavior": {"scaleDown": {"stabilizationWindowSeconds": 60}},
+                    "status": {"desiredReplicas": 9}}}
+    created = kube.create(path, hpa)
+    assert created["spec"]["minReplicas"] == 1
+    assert created["spec"]["metrics"] == [{"type": "Resource", "resource": {
+        "name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}]
+    assert created["spec"]["behavior"]["scaleDown"] == {
+        "stabilizationWindowSeconds": 60, "selectPolicy": "Max",
+        "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}]}
+    assert created["spec"]["behavior"]["scaleUp"]["policies"][0] == {"type": "Pods", "value": 4, "periodSeconds": 15}
+    assert created["status"] == {"currentMetrics": None, "desiredReplicas": 0}
+    assert "generation" not in created["metadata"]
+    created["status"] = {"currentReplicas": 1, "desiredReplicas": 2}
+    updated = kube.replace(path + "/h/status", created)
+    assert updated["status"] == {"currentMetrics": None, "currentReplicas": 1, "desiredReplicas": 2}
+    listed = kube.get(path)
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["h"] and "kind" not in listed["items"][0]
+    for spec, field in (({"maxReplicas": 3}, "spec.scaleTargetRef.kind"),
+                        ({"scaleTargetRef": {"kind": "Widget", "name": "a"}, "maxReplicas": 0}, "spec.maxReplicas"),
+                        ({"scaleTargetRef": {"kind": "Widget", "name": "a"}, "maxReplicas": 2, "minReplicas": 0},
+                         "spec.minReplicas"),
+                        ({"scaleTargetRef": {"kind": "Widget", "name": "a"}, "maxReplicas": 2, "minReplicas": 3},
+                         "spec.maxReplicas")):
+        with pytest.raises(ApiException) as exc:
+            kube.create(path, dict(hpa, metadata={"name": "bad"}, spec=spec))
+        assert exc.value.status == 422 and field in [c["field"] for c in exc.value.body["details"]["causes"]]
+    with pytest.raises(ApiException) as exc:
+        kube.create(path, dict(hpa, metadata={"name": "bad"}, spec={"scaleTargetRef": "a", "maxReplicas": 1}))
+    assert exc.value.status == 400 and "HorizontalPodAutoscalerSpec.spec.scaleTargetRef" in exc.value.body["message"]
+
+
 def test_crd_with_unsupported_cel_is_rejected(kube):
     crd = json.loads(json.dumps(WIDGET_CRD))
     crd["metadata"]["name"] = "gadgets.test.sluice.dev"
@@ -686,7 +785,7 @@ MALFORMED_BODIES = [
     "/api/v1/namespaces/%s/persistentvolumeclaims", "/api/v1/namespaces/%s/events",
     "/apis/events.k8s.io/v1/namespaces/%s/events", "/apis/coordination.k8s.io/v1/namespaces/%s/leases",
     "/apis/apps/v1/namespaces/%s/deployments", WIDGETS, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-    "/api/v1/namespaces"])
+    "/apis/autoscaling/v2/namespaces/%s/horizontalpodautoscalers", "/api/v1/namespaces"])
 def test_malformed_objects_never_cause_server_errors(kube, ns, collection):
     path = collection % ns if "%s" in collection else collection
     for body in MALFORMED_BODIES:

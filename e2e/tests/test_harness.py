@@ -76,3 +76,15 @@ def test_repository_crd_and_examples_are_accepted(tmp_path):
         with pytest.raises(ApiException) as exc:
             cluster.apply(sample, namespace="default")
         assert exc.value.status == 422, "the CRD's CEL rules are enforced"
+        # The 52-character DNS-1035 name rule the docs promise is the CRD's own (its metadata schema).
+        sample["spec"]["workers"] = {"image": "sluice/worker:dev"}
+        for name, ok in (("a" * 52, True), ("a" * 53, False), ("9lives", False), ("with.dots", False)):
+            sample["metadata"]["name"] = name
+            if ok:
+                cluster.apply(sample, namespace="default")
+                continue
+            with pytest.raises(ApiException) as exc:
+                cluster.apply(sample, namespace="default")
+            fields = [c["field"] for c in exc.value.body["details"]["causes"]]
+            assert exc.value.status == 422 and "metadata.name" in fields and \
+                set(fields) <= {"metadata.name", "<nil>"}, (name, exc.value.body)

@@ -1,9 +1,11 @@
 """Unit tests of the API server's pure parts: CEL, selectors, patches, managed fields, schemas, quantities."""
 
+import json
+
 import pytest
 
 from e2e import quantity
-from e2e.apiserver import cel, errors, managedfields as mf, patch, typeschema as ts
+from e2e.apiserver import cel, crdschema, crdtypes, errors, managedfields as mf, patch, typeschema as ts
 from e2e.apiserver.schema import SchemaError, StructuralSchema
 from e2e.apiserver.selection import parse_field_selector, parse_label_selector
 from e2e.conformance.replay import Comparator, Substitutions
@@ -81,9 +83,9 @@ def test_cel_transition_rules_see_old_self():
     ("self.policy == 1", "no matching overload"),
     ("self.replicas", "must evaluate to a bool"),
     ("self.replicas +", "Syntax error"),
-    ("self.replicas > 'a", "unterminated string"),
+    ("self.replicas > 'a", "Syntax error: token recognition error at: ''a'"),
     ("b'bytes' == self.policy", "bytes literals are not supported"),
-    ("self.names.all(1, true)", "argument is not an identifier"),
+    ("self.names.all(1, true)", "argument must be a simple name"),
     ("has(self)", "invalid argument to has() macro"),
     ("self.replicas > 1 ; true", "token recognition error"),
 ])
@@ -224,7 +226,7 @@ def test_apply_conflict_message_lists_managers():
                  "main", False, False, "t")
     err = exc.value.api_error()
     assert err.code == 409 and err.message == (
-        'Apply failed with 2 conflicts: conflicts with "writer" using v1 at 2026-01-01T00:00:00Z:\n- .spec.a\n- .spec.b')
+        'Apply failed with 2 conflicts: conflicts with "writer" using v1:\n- .spec.a\n- .spec.b')
 
 
 # ---------------------------------------------------------------------------------------------- schemas
@@ -251,12 +253,19 @@ def test_schema_defaults_prunes_and_validates():
 
 
 def test_schema_errors_at_crd_creation():
+    problems = crdschema.version_schema_problems(
+        {"type": "object", "properties": {"a": {"properties": {}}, "b": {"type": "array"}}}, "x")
+    assert {str(p) for p in problems} == {
+        "x.properties[a].type: Required value: must not be empty for specified object fields",
+        "x.properties[b].items: Required value: must be specified"}
+    problems = crdschema.version_schema_problems(
+        {"type": "object", "properties": {"c": {"type": "string", "pattern": "("}}}, "x")
+    assert [str(p) for p in problems] == [
+        'x.properties[c].pattern: Invalid value: "(": must be a valid regular expression, but isn\'t: error parsing '
+        'regexp: missing closing ): `(`']
     with pytest.raises(SchemaError) as exc:
-        StructuralSchema({"type": "object", "properties": {"a": {"properties": {}}, "b": {"type": "array"},
-                                                           "c": {"type": "string", "pattern": "("}}})
-    text = str(exc.value)
-    assert "properties[a].type: Required value" in text and "properties[b].items: Required value" in text
-    assert "properties[c].pattern" in text
+        StructuralSchema({"type": "object", "properties": {"a": {"type": "string", "maxLength": -1}}})
+    assert "properties[a].maxLength: Invalid value: -1: must be a non-negative integer" in str(exc.value)
 
 
 def test_quantities():
@@ -320,3 +329,128 @@ def test_required_node_affinity_terms():
     # fits() applies it only when it knows the node's name.
     assert podspec.fits(by_name, {}, [], 1000, 1 << 30, 10, node_name="gpu-1")
     assert not podspec.fits(by_name, {}, [], 1000, 1 << 30, 10, node_name="gpu-2")
+
+
+# ------------------------------------------------------------------------------------- CRD schema checks
+
+WORKERS = {"type": "object", "properties": {
+    "replicas": {"type": "integer", "default": 1},
+    "names": {"type": "array", "maxItems": 1024, "items": {"type": "string", "maxLength": 63}}}}
+
+
+def _crd_schema(**spec):
+    return {"type": "object", "properties": {"spec": dict({"type": "object", "properties": {}}, **spec)}}
+
+
+def _problems(schema):
+    return sorted(str(p) for p in crdschema.version_schema_problems(schema, "s"))
+
+
+@pytest.mark.parametrize("schema,expected", [
+    ({"type": "object", "properties": {"metadata": {"type": "object", "description": "d"}}},
+     ["s.properties[metadata]: Forbidden: must not specify anything other than name and generateName, but metadata "
+      "is implicitly specified"]),
+    ({"type": "object", "properties": {"metadata": {"type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 52}, "generateName": {"type": "string"}}}}}, []),
+    (_crd_schema(properties={"p": {"type": "object", "default": {},
+                                   "x-kubernetes-validations": [{"rule": "self.policy == 'x'", "message": "m"}],
+                                   "properties": {"policy": {"type": "string", "default": "x"}}}}),
+     ['s.properties[spec].properties[p].default: Invalid value: "object": no such key: policy evaluating rule: m']),
+    (_crd_schema(properties={"n": {"type": "integer", "minimum": 1, "default": 0}}),
+     ["s.properties[spec].properties[n].default: Invalid value: 0:  in body should be greater than or equal to 1"]),
+    (_crd_schema(properties={"o": {"type": "object", "properties": {"a": {"type": "string"}},
+                                   "default": {"a": "x", "b": 1}}}),
+     ['s.properties[spec].properties[o].default: Invalid value: map[string]interface {}{"a":"x", "b":1}: must not '
+      'have unknown fields']),
+    (_crd_schema(properties={"l": {"type": "array"}}),
+     ["s.properties[spec].properties[l].items: Required value: must be specified"]),
+    (_crd_schema(properties={"l": {"type": "array", "uniqueItems": True, "items": {"type": "string"}}}),
+     ["s.properties[spec].properties[l].uniqueItems: Forbidden: uniqueItems cannot be set to true since the "
+      "runtime complexity becomes quadratic"]),
+    (_crd_schema(properties={"w": {"$ref": "#/definitions/W"}}),
+     ["s.properties[spec].properties[w].$ref: Forbidden: $ref is not supported"]),
+    (_crd_schema(properties={"r": {"type": "integer", "anyOf": [{"type": "string"}]}}),
+     ["s.properties[spec].properties[r].anyOf[0].type: Forbidden: must be empty to be structural"]),
+    (_crd_schema(properties={"c": {"type": "array", "x-kubernetes-list-type": "map",
+                                   "x-kubernetes-list-map-keys": ["k"],
+                                   "items": {"type": "object", "properties": {"k": {"type": "string"}}}}}),
+     ["s.properties[spec].properties[c].items.properties[k].default: Required value: this property is in "
+      "x-kubernetes-list-map-keys, so it must have a default or be a required property"]),
+    (_crd_schema(properties={"t": {"type": "array", "x-kubernetes-list-type": "set",
+                                   "items": {"type": "object", "properties": {"k": {"type": "string"}}}}}),
+     ['s.properties[spec].properties[t].items.x-kubernetes-map-type: Invalid value: "null": must be atomic as item '
+      'of a list with x-kubernetes-list-type=set']),
+    (_crd_schema(properties={"m": {"type": "object", "properties": {"a": {"type": "string"}},
+                                   "additionalProperties": {"type": "string"}}}),
+     ["s.properties[spec].properties[m].additionalProperties: Forbidden: additionalProperties and properties are "
+      "mutual exclusive"]),
+    ({"properties": {}}, ["s.type: Required value: must not be empty at the root"]),
+])
+def test_crd_schema_rules_of_a_real_server(schema, expected):
+    assert _problems(schema) == expected
+
+
+def test_crd_schema_cel_rules_compile_and_fit_the_cost_budget():
+    def workers(rule, **names):
+        node = json.loads(json.dumps(WORKERS))
+        for key, value in names.items():
+            if value is None:
+                del node["properties"]["names"][key]
+            else:
+                node["properties"]["names"][key] = value
+        node["properties"]["names"]["x-kubernetes-validations"] = [{"rule": rule, "message": "m"}]
+        return _problems(_crd_schema(properties={"workers": node}))
+
+    nested = "self.all(x, self.exists(y, y.startsWith(x)))"
+    assert workers(nested, maxItems=16) == []
+    over = workers(nested)  # 1024 names of at most 63 characters: 3.4 times the per-rule budget
+    assert over == ["s.properties[spec].properties[workers].properties[names].x-kubernetes-validations[0].rule: "
+                    "Forbidden: estimated rule cost exceeds budget by factor of 3.4x (try simplifying the rule, or "
+                    "adding maxItems, maxProperties, and maxLength where arrays, maps, and strings are declared)"]
+    unbounded = workers(nested, maxItems=None)
+    rule_path = "s.properties[spec].properties[workers].properties[names].x-kubernetes-validations[0].rule"
+    assert [p.split(": ", 2)[:2] for p in unbounded] == [[rule_path, "Forbidden"], [rule_path, "Forbidden"],
+                                                        ["s", "Forbidden"]]
+    assert "contributed to estimated rule cost total" in unbounded[0] and "more than 100x" in unbounded[1]
+    assert "x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema exceeds budget by " \
+           "factor of more than 100x" in unbounded[2]
+    assert workers("self.all(x, x.size() > 0)", maxItems=None) == []  # cheap on ~1M items: within budget
+    broken = workers("self.size() >")
+    assert len(broken) == 1 and "compilation failed: ERROR: <input>:1:14: Syntax error: mismatched input '<EOF>'" \
+        in broken[0] and broken[0].endswith("\n | self.size() >\n | .............^")
+    assert "apiextensions.ValidationRule{Rule:\"self.size() >\", Message:\"m\"}" in broken[0]
+    assert workers("self.size() + 1")[0].endswith(": cel expression must evaluate to a bool")
+
+
+def test_cel_errors_point_at_their_line_and_column():
+    with pytest.raises(cel.CelCompileError) as exc:
+        cel.compile_rule("self.replicas > 0 &&\n  self.nope == 1", SPEC)
+    assert str(exc.value) == ("compilation failed: ERROR: <input>:2:7: undefined field 'nope'\n"
+                              " |   self.nope == 1\n | ......^")
+
+
+@pytest.mark.parametrize("pattern,message", [
+    ("^[a-z]+$", None),
+    ("[a-", "error parsing regexp: missing closing ]: `[a-`"),
+    ("(ab", "error parsing regexp: missing closing ): `(ab`"),
+    ("*a", "error parsing regexp: missing argument to repetition operator: `*`"),
+    ("a(?=b)", "error parsing regexp: invalid or unsupported Perl syntax: `(?=`"),
+    ("(a)\\1", "error parsing regexp: invalid escape sequence: `\\1`"),
+])
+def test_patterns_are_judged_as_go_regexps(pattern, message):
+    assert crdschema.go_regexp_error(pattern) == message
+
+
+def test_crd_decoding_drops_unknown_fields_and_zero_values():
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "x"},
+           "spec": {"versions": [{"name": "v1", "schema": {"openAPIV3Schema": {
+               "type": "object", "properties": {"spec": {"type": "object", "nullable": False, "properties": {
+                   "n": {"type": "integer", "default": None, "x-kubernetes-validations": [
+                       {"rule": "self > 0", "messageExpression": "'no'"}]}}}}}}}], "bogus": 1}}
+    assert sorted(crdtypes.unknown_fields(crd)) == [
+        "spec.bogus", "spec.versions[0].schema.openAPIV3Schema.properties.spec.properties.n."
+                      "x-kubernetes-validations[0].messageExpression"]
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    crdtypes.normalize_schema(schema)
+    assert schema == {"type": "object", "properties": {"spec": {"type": "object", "properties": {
+        "n": {"type": "integer", "x-kubernetes-validations": [{"rule": "self > 0"}]}}}}}
