@@ -1,7 +1,7 @@
 // FixtureServer: a small HTTP/1.1 server on 127.0.0.1 for tests that replays recorded Kubernetes
-// API answers (/work/shared/kube-fixtures, see its README) and scripted ones: plain JSON bodies,
-// chunked watch streams (optionally held open until released, to prove events arrive live),
-// arbitrary status codes and headers. Every request is recorded for assertions.
+// API answers (testing/kube-fixtures: exchanges recorded from a real API server, see its README) and
+// scripted ones: plain JSON bodies, chunked watch streams (optionally held open until released, to
+// prove events arrive live), arbitrary status codes and headers. Every request is recorded for assertions.
 //
 // Threading: thread-safe. One thread accepts; one thread per connection (keep-alive). Stop()
 // (also run by the destructor) closes every socket, releases held streams and joins all threads.
@@ -68,7 +68,7 @@ struct TlsOptions {
   std::string client_ca_pem{};
 };
 
-// Where the fixtures live: $SLUICE_KUBE_FIXTURES, else <source>/../shared/kube-fixtures.
+// Where the fixtures live: $SLUICE_KUBE_FIXTURES, else the source tree's testing/kube-fixtures.
 std::string FixturesDir();
 // Loads <FixturesDir>/<name>.json.
 absl::StatusOr<nlohmann::json> LoadFixture(absl::string_view name);
