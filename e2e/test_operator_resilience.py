@@ -174,6 +174,15 @@ def lease_attempts(operator):
     return out
 
 
+def logged_acquisition(cluster, operator):
+    """The operator's attempts once it has logged an acquisition: the Lease changes when its PUT is answered,
+    before the operator writes the line saying so, so a test that saw the Lease change waits for the line."""
+    def attempts():
+        found = lease_attempts(operator)
+        return found if any(a["outcome"] == "acquired" for a in found) else None
+    return cluster.wait_for(attempts, 30, "the acquisition in the log of %s" % operator.name)
+
+
 def first_acquisition(attempts):
     """(index, attempt) of the first 'acquired' attempt."""
     for i, a in enumerate(attempts):
@@ -242,7 +251,7 @@ def test_two_replicas_one_leader_and_failover(cluster):
     assert taken["leaseTransitions"] == transitions + 1
 
     # The lease semantics, from the standby's own log of its attempts and from the Lease (no timing threshold):
-    attempts = lease_attempts(replicas[standby])
+    attempts = logged_acquisition(cluster, replicas[standby])
     index, acquired = first_acquisition(attempts)
     assert index > 0, "the standby acquired at its first attempt: %r" % attempts
     # - it took the Lease over from the killed leader (a SIGKILL releases nothing) ...
@@ -288,7 +297,7 @@ def test_two_replicas_one_leader_and_failover(cluster):
     print("failover after SIGTERM of the leader: %.2f s (released, no expiry wait)" % (time.monotonic() - stopped_at))
     assert handed["leaseTransitions"] == before["leaseTransitions"] + 1
     # op-c took the released record (no holder) at its first attempt after the release: no expiry wait.
-    attempts = lease_attempts(replicas["op-c"])
+    attempts = logged_acquisition(cluster, replicas["op-c"])
     index, acquired = first_acquisition(attempts)
     assert index > 0 and acquired["holder"] == "", attempts[:index + 1]
     assert attempts[index - 1]["outcome"] == "held" and attempts[index - 1]["holder"] == standby, attempts[:index + 1]
