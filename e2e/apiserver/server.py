@@ -138,9 +138,22 @@ def decode_body(raw, content_type, kind, duplicates=None):
             raise errors.bad_request("the object provided is unrecognized (must be of type %s): %s"
                                      % (kind, exc)) from exc
     try:
+        text = raw.decode("utf-8")
         if duplicates is None:
-            return json.loads(raw.decode("utf-8"))
-        return _resolve_pairs(json.loads(raw.decode("utf-8"), object_pairs_hook=_Pairs), "", duplicates)
+            return json.loads(text)
+        seen = []
+
+        def dict_noting_duplicates(pairs):
+            out = dict(pairs)
+            if len(out) != len(pairs):
+                seen.append(True)
+            return out
+
+        value = json.loads(text, object_pairs_hook=dict_noting_duplicates)
+        if not seen:
+            return value
+        # Rare: decode again, keeping the pairs, to name the duplicate fields' paths.
+        return _resolve_pairs(json.loads(text, object_pairs_hook=_Pairs), "", duplicates)
     except json.JSONDecodeError as exc:
         raise errors.bad_request("the object provided is unrecognized (must be of type %s): %s"
                                  % (kind, _go_json_error(raw, exc))) from exc

@@ -454,3 +454,20 @@ def test_crd_decoding_drops_unknown_fields_and_zero_values():
     crdtypes.normalize_schema(schema)
     assert schema == {"type": "object", "properties": {"spec": {"type": "object", "properties": {
         "n": {"type": "integer", "x-kubernetes-validations": [{"rule": "self > 0"}]}}}}}
+
+
+def test_conformance_comparator_by_verdict_only_and_generated_names():
+    def refusal(factor, field="s.rule"):
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Invalid",
+                "code": 422, "message": "x is invalid: %s: Forbidden: factor of %s" % (field, factor),
+                "details": {"name": "x", "kind": "K", "causes": [
+                    {"reason": "FieldValueForbidden", "field": field, "message": "Forbidden: factor of " + factor}]}}
+
+    assert Comparator(Substitutions()).compare(refusal("3.4x"), refusal("3.5x"))
+    assert Comparator(Substitutions(), verdict_only=True).compare(refusal("3.4x"), refusal("3.5x")) == []
+    assert Comparator(Substitutions(), verdict_only=True).compare(refusal("3.4x"), refusal("3.4x", "t.rule"))
+    recorded = {"metadata": {"generateName": "fx-gen-", "name": "fx-gen-w79k7"}}
+    assert Comparator(Substitutions()).compare(recorded, {"metadata": {"generateName": "fx-gen-",
+                                                                       "name": "fx-gen-2b4x9"}}) == []
+    assert Comparator(Substitutions()).compare(recorded, {"metadata": {"generateName": "fx-gen-",
+                                                                       "name": "other-2b4x9"}})
