@@ -4,16 +4,18 @@ Most recordings form one story on one cluster (their resourceVersions increase f
 created in crd-lifecycle, `a` in crud, ...), so the chained files are replayed in that order on one fresh
 server. The others were recorded on clusters of their own and each gets a fresh server prepared as its
 recording says the cluster was (`SETUPS`: the DataService CRD that was installed, the scratch namespaces);
-auth-errors also needs tokens and RBAC. Values that differ between any two
-runs (uids, resourceVersions, continue tokens, timestamps, generated names, cluster IPs) are learnt from each
-response and substituted into later requests, and ignored when comparing. Everything else is compared:
-status codes, content types, Status reason/code/details/causes/messages, object shapes (keys, types, list
-lengths), kinds, apiVersions, scalar values, managedFields entries and their field sets, watch framing and
-event types.
+auth-errors also needs tokens and RBAC. Values that differ between any two runs (uids, resourceVersions,
+continue tokens, timestamps, generated names, cluster IPs) are learnt from each response and substituted into
+later requests, and ignored when comparing (also inside messages that quote an object). Everything else is
+compared: status codes, content types, Warning headers (where recorded), Status reason/code/details/causes/
+messages, object shapes (keys, types, list lengths), kinds, apiVersions, scalar values, managedFields entries
+and their field sets, watch framing and event types.
 
-Where the recording cannot be replayed literally, `ADJUSTMENTS` changes the request and says why; where the
-server knowingly answers differently, `KNOWN_DEVIATIONS` says why. Both are reported, and a deviation that no
-longer shows up is itself a failure (so the list stays true).
+Where the recording cannot be replayed literally, `ADJUSTMENTS` changes the request and says why; `ACTIONS`
+make the writes a recorded cluster's controllers made between two exchanges (the test server runs none);
+where the server knowingly answers differently, `KNOWN_DEVIATIONS` says why; `VERDICT_ONLY` names Statuses
+whose message texts are not compared. All are reported, and a deviation that no longer shows up is itself a
+failure (so the list stays true).
 """
 
 import json
@@ -444,14 +446,15 @@ class Replayer:
     def prepare(self, name, directory=None):
         """Makes a fresh server look like the cluster `name` was recorded on (SETUPS)."""
         setup = SETUPS[name]
-        for crd in setup["crds"]:
-            assert crd == "dataservice", crd
-            self.client.call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-                             installed_dataservice_crd(directory), expect=(201,))
-        for namespace in setup["namespaces"]:
-            self.client.call("POST", "/api/v1/namespaces",
-                             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-                             expect=(201,))
+        writes = [("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", installed_dataservice_crd(directory))
+                  for crd in setup["crds"] if crd == "dataservice"]
+        writes += [("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+                   for ns in setup["namespaces"]]
+        for path, body in writes:
+            resp = self.client.request("POST", path, json.dumps(body).encode(), "application/json")
+            if resp.status != 201:
+                raise AssertionError("preparing the server for %s (%s): POST %s answered %d %s"
+                                     % (name, setup["why"], path, resp.status, resp.body[:500]))
 
     def run_file(self, name, data):
         results = []
