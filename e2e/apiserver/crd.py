@@ -99,6 +99,8 @@ class CrdStrategy(Strategy):
             if not version.get("name"):
                 problems.append(errors.required(path + ".name", ""))
                 continue
+            if not isinstance(version["name"], str):
+                return problems + [errors.invalid(path + ".name", version["name"], "must be a string")]
             names_seen.add(version["name"])
         if len(names_seen) != len([v for v in versions if v.get("name")]):
             problems.append(errors.invalid("spec.versions", crdtypes.GoVersions(versions, shared),
@@ -195,7 +197,10 @@ def _subresource_problems(subresources, path):
     selector = scale.get("labelSelectorPath")
     if selector:
         where = path + ".scale.labelSelectorPath"
-        problems.extend(_simple_json_path_problems(selector, where))
+        found = _simple_json_path_problems(selector, where)
+        problems.extend(found)
+        if not isinstance(selector, str):
+            return problems
         if not (selector.startswith(".spec.") or selector.startswith(".status.")):
             problems.append(errors.invalid(where, selector, "should be a json path under either .spec or .status"))
     return problems

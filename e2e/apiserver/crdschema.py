@@ -203,8 +203,8 @@ def _list_map_problems(node, path, keys):
     if items is None:
         problems.append(errors.required(path + ".items", "must have a schema if x-kubernetes-list-type is map"))
         return problems
-    if not isinstance(items, dict):
-        return problems
+    if not isinstance(items, dict) or _keyword_problems(items, path + ".items"):
+        return problems  # the items' own check reports what is malformed there
     if items.get("type") != "object":
         problems.append(errors.invalid(path + ".items.type", items.get("type"),
                                        "must be object if parent array's x-kubernetes-list-type is map"))

@@ -185,7 +185,11 @@ BUILTIN_SHAPES = {
     "Deployment": {"spec": _OBJ, "status": _OBJ, "spec.template": _OBJ, "spec.template.spec": _OBJ,
                    "spec.selector": _OBJ},
     "CustomResourceDefinition": {"spec": _OBJ, "status": _OBJ, "spec.names": _OBJ, "spec.versions": _LIST,
-                                 "spec.versions[]": _OBJ},
+                                 "spec.versions[]": _OBJ, "spec.versions[].schema": _OBJ,
+                                 "spec.versions[].schema.openAPIV3Schema": _OBJ, "spec.versions[].subresources": _OBJ,
+                                 "spec.versions[].subresources.scale": _OBJ,
+                                 "spec.versions[].additionalPrinterColumns": _LIST,
+                                 "spec.versions[].additionalPrinterColumns[]": _OBJ, "spec.conversion": _OBJ},
 }
 BUILTIN_SHAPES["StatefulSet"] = BUILTIN_SHAPES["ReplicaSet"] = BUILTIN_SHAPES["Deployment"]
 

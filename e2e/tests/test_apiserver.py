@@ -798,6 +798,34 @@ def test_malformed_objects_never_cause_server_errors(kube, ns, collection):
             assert resp.json()["kind"] != "Status" or resp.json()["code"] < 500
 
 
+_CRD_PARTS = ["spec.versions.0.subresources", "spec.versions.0.subresources.scale",
+               "spec.versions.0.subresources.scale.specReplicasPath",
+               "spec.versions.0.subresources.scale.labelSelectorPath", "spec.versions.0.additionalPrinterColumns",
+               "spec.versions.0.name", "spec.versions.0.schema", "spec.versions.0.storage", "spec.conversion",
+               "spec.versions.0.schema.openAPIV3Schema.properties.spec.x-kubernetes-validations",
+               "spec.versions.0.schema.openAPIV3Schema.properties.spec.x-kubernetes-validations.0",
+               "spec.versions.0.schema.openAPIV3Schema.properties.spec.x-kubernetes-validations.0.rule",
+               "spec.versions.0.schema.openAPIV3Schema.properties.spec.properties.replicas.default",
+               "spec.versions.0.schema.openAPIV3Schema.properties.status.properties.conditions.items.required",
+               "spec.versions.0.schema.openAPIV3Schema.properties.status.properties.conditions."
+               "x-kubernetes-list-map-keys"]
+
+
+@pytest.mark.parametrize("part", _CRD_PARTS)
+def test_malformed_crd_parts_never_cause_server_errors(kube, part):
+    for value in (5, "x", [], {}, None, [5], {"a": 5}, True, -1, 2.5):
+        crd = json.loads(json.dumps(WIDGET_CRD))
+        target = crd
+        steps = part.split(".")
+        for step in steps[:-1]:
+            target = target[int(step)] if isinstance(target, list) else target[step]
+        target[int(steps[-1]) if isinstance(target, list) else steps[-1]] = value
+        for validation in ("Warn", "Strict"):
+            resp = kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json.dumps(crd),
+                                "application/json", {"dryRun": "All", "fieldValidation": validation})
+            assert resp.status < 500, (part, value, resp.body[:300])
+
+
 @pytest.mark.parametrize("schema", [
     5, [], {"type": 7}, {"type": "object", "properties": []}, {"type": "object", "properties": {"a": 5}},
     {"type": "object", "required": "a"}, {"type": "object", "properties": {"a": {"type": "array", "items": 3}}},
