@@ -1,4 +1,4 @@
-// Unit tests of the multi-process harness itself: the metrics parser, logfmt fields, and
+// Unit tests of the multi-process harness itself: logfmt fields and
 // ChildProcess (output capture, exit status, exec failures, process-group kill).
 #include <signal.h>
 #include <sys/wait.h>
@@ -8,7 +8,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "e2e_dataplane/child_process.h"
-#include "e2e_dataplane/metrics_text.h"
 #include "testing/test_util.h"
 
 namespace sluice::local {
@@ -19,39 +18,6 @@ ChildProcessOptions Command(std::vector<std::string> argv, std::string working_d
   options.argv = std::move(argv);
   options.working_dir = std::move(working_dir);
   return options;
-}
-
-TEST_CASE("ParsePrometheusText reads names, labels, escapes and special values") {
-  const std::string text =
-      "# HELP sluice_worker_elements_produced_total Elements produced.\n"
-      "# TYPE sluice_worker_elements_produced_total counter\n"
-      "sluice_worker_elements_produced_total{dataservice=\"\",placement=\"remote\",worker=\"127.0.0.1:5\"} 42\n"
-      "sluice_dispatcher_jobs{dataservice=\"a \\\"q\\\" b\\\\c\"} 3 1700000000000\n"
-      "plain_metric 1.5e3\n"
-      "\n"
-      "inf_metric{x=\"1\"} +Inf\n";
-  auto samples = ParsePrometheusText(text);
-  REQUIRE(samples.ok());
-  REQUIRE(samples->size() == 4);
-  CHECK((*samples)[0].labels.at("worker") == "127.0.0.1:5");
-  CHECK((*samples)[0].labels.at("dataservice").empty());
-  CHECK((*samples)[0].value == 42);
-  CHECK((*samples)[1].labels.at("dataservice") == "a \"q\" b\\c");
-  CHECK((*samples)[1].value == 3);
-  CHECK((*samples)[2].value == 1500);
-  CHECK(std::isinf((*samples)[3].value));
-  CHECK(SumSamples(*samples, "sluice_worker_elements_produced_total", {{"placement", "remote"}}) == 42);
-  CHECK(SumSamples(*samples, "sluice_worker_elements_produced_total", {{"placement", "local"}}) == 0);
-  CHECK(CountSamples(*samples, "plain_metric") == 1);
-}
-
-TEST_CASE("ParsePrometheusText rejects malformed lines, naming the line") {
-  for (const char* bad : {"m{a=\"1\" 3\n", "m{a=1} 3\n", "m{a=\"1} 3\n", "m{=\"1\"} 3\n", "ok 1\nm notanumber\n", "{a=\"b\"} 1\n"}) {
-    INFO(bad);
-    auto samples = ParsePrometheusText(bad);
-    REQUIRE(!samples.ok());
-    CHECK(absl::StrContains(samples.status().message(), "line "));
-  }
 }
 
 TEST_CASE("LogfmtField finds plain and quoted values") {

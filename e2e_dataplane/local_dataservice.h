@@ -23,9 +23,19 @@
 #include "dataservice.pb.h"
 #include "dataplane/rpc/credentials.h"
 #include "e2e_dataplane/child_process.h"
-#include "e2e_dataplane/metrics_text.h"
+#include "common/http_get.h"
+#include "common/prometheus_text.h"
 
 namespace sluice::local {
+
+// The metrics helpers under the names the multi-process tests use.
+using promtext::CountSamples;
+using promtext::MetricSample;
+using promtext::ParsePrometheusText;
+using promtext::SumSamples;
+using sluice::HttpGet;
+using sluice::HttpResponse;
+using sluice::ScrapeMetrics;
 
 struct LocalDataServiceOptions {
   std::string bin_dir;                    // holds sluice-dispatcher and sluice-worker
