@@ -108,6 +108,8 @@ TEST_CASE("The taskset fallback pins a process and reports no throttling") {
   REQUIRE(!q->notes().empty());
   CHECK(q->notes()[0].find("taskset was asked for") != std::string::npos);
   CHECK(q->Stats(0).periods == 0);
+  CHECK(absl::IsInvalidArgument(q->Apply(::getpid(), 0, 0)));  // a limit must be > 0
+  CHECK(absl::IsInvalidArgument(q->Apply(::getpid(), 0, -1)));
 }
 
 }  // namespace

@@ -224,6 +224,14 @@ TEST_CASE("Errors before anything runs name what is missing") {
   CHECK(absl::StrContains(bad.status().message(), "worker-0 did not start"));
   CHECK(absl::StrContains(bad.status().message(), "orbit"));
   CHECK(service->num_workers() == 0);
+  // Bad requests are refused before anything starts.
+  WorkerOptions negative;
+  negative.cpus = -0.5;
+  auto refused = service->AddWorker(negative);
+  CHECK(absl::IsInvalidArgument(refused.status()));
+  CHECK(absl::StrContains(refused.status().message(), "-0.5"));
+  CHECK(absl::IsInvalidArgument(service->AddWorkers(-1).status()));
+  CHECK(service->num_workers() == 0);
   CHECK(service->AddWorker().value() == 0);
 }
 
