@@ -13,7 +13,7 @@
 
 #include "absl/time/time.h"
 #include "dataplane/client/data_service_client.h"
-#include "e2e_dataplane/local_dataservice.h"
+#include "local/local_dataservice.h"
 #include "pipeline.pb.h"
 
 namespace sluice::e2e {

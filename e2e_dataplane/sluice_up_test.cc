@@ -14,7 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "e2e_dataplane/child_process.h"
+#include "local/child_process.h"
 #include "e2e_dataplane/e2e_test_util.h"
 #include "testing/test_util.h"
 #include "tools/sluice/dataservice_commands.h"

@@ -8,6 +8,7 @@
 #include "kube/errors.h"
 #include "kube/event_recorder.h"
 #include "kube/testing/fixture_server.h"
+#include "kube/testing/lease_endpoint.h"
 
 namespace sluice::kube {
 namespace {
@@ -15,6 +16,8 @@ namespace {
 using nlohmann::json;
 using testing::FixtureExchange;
 using testing::FixtureServer;
+using testing::LeaseEndpoint;
+using testing::LeaseHeldBy;
 using testing::RecordedRequest;
 using testing::Reply;
 
@@ -152,55 +155,6 @@ TEST_CASE("a stale lease is taken over only after leaseDuration on our clock - 4
   CHECK(attempts[1].observed_change == t0);  // the record did not change in between
   CHECK(attempts[1].expires <= attempts[1].at);
   CHECK(std::string(OutcomeName(attempts[1].outcome)) == "lost-race");
-}
-
-// A tiny Lease endpoint with optimistic concurrency, so Run() can be exercised end to end.
-class LeaseEndpoint {
- public:
-  explicit LeaseEndpoint(FixtureServer* server) {
-    server->SetFallback([this](const RecordedRequest& r) -> std::optional<Reply> { return Handle(r); });
-  }
-  void Set(json lease) {
-    absl::MutexLock lock(&mu_);
-    lease_ = std::move(lease);
-    lease_["metadata"]["resourceVersion"] = std::to_string(++rv_);
-  }
-  json Get() {
-    absl::MutexLock lock(&mu_);
-    return lease_;
-  }
-  void FailNextPut() {
-    absl::MutexLock lock(&mu_);
-    fail_next_put_ = true;
-  }
-
- private:
-  Reply Handle(const RecordedRequest& r) {
-    absl::MutexLock lock(&mu_);
-    if (r.method == "GET") return lease_.is_null() ? Reply::Status(404, "NotFound", "not found") : Reply::Json(200, lease_);
-    if (r.method == "PUT") {
-      json body = r.JsonBody();
-      if (fail_next_put_ || body["metadata"]["resourceVersion"] != lease_["metadata"]["resourceVersion"]) {
-        fail_next_put_ = false;
-        return Reply::FromExchange(FixtureExchange("leases", 2));
-      }
-      lease_ = body;
-      lease_["metadata"]["resourceVersion"] = std::to_string(++rv_);
-      return Reply::Json(200, lease_);
-    }
-    return Reply::Status(405, "MethodNotAllowed", r.method);
-  }
-  absl::Mutex mu_;
-  json lease_;
-  int rv_ = 500;
-  bool fail_next_put_ = false;
-};
-
-json LeaseHeldBy(const std::string& holder, const std::string& renew) {
-  json lease = RecordedLease();
-  lease["spec"]["holderIdentity"] = holder;
-  lease["spec"]["renewTime"] = renew;
-  return lease;
 }
 
 struct Flags {

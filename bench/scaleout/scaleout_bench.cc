@@ -8,13 +8,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/dataservice/bench_report.h"
-#include "bench/dataservice/local_dataservice.h"
-#include "bench/scaleout/cpu_quota.h"
+#include "bench/dataservice/bench_service.h"
 #include "common/log.h"
 #include "dataplane/client/data_service_client.h"
+#include "local/cpu_quota.h"
 
 namespace sluice::bench {
 namespace {
+
+using local::CpuQuota;
+using local::LocalDataService;
+using local::LocalDataServiceOptions;
+using local::ThrottleStats;
 
 absl::Status ValidateOptions(const ScaleoutBenchOptions& o) {
   if (o.worker_counts.empty()) return absl::InvalidArgumentError("--workers: give at least one worker count");
@@ -52,7 +57,7 @@ struct WorkerSample {
 WorkerSample Sample(const LocalDataService& ds, const CpuQuota& quota) {
   WorkerSample s;
   for (int i = 0; i < ds.num_workers(); ++i) {
-    s.cpu_seconds.push_back(ProcessCpuSeconds(ds.worker(i).pid()).value_or(0));
+    s.cpu_seconds.push_back(ProcessCpuSeconds(ds.worker(i).process->pid()).value_or(0));
     s.throttle.push_back(quota.Stats(i));
   }
   return s;
@@ -183,27 +188,24 @@ int RunScaleoutBenchmark(const ScaleoutBenchOptions& o) {
   auto log_dir = MakeLogDir("scaleout");
   if (!log_dir.ok()) return Fail(log_dir.status(), "");
 
-  // Declared before the data service: destroyed after its workers stopped (cgroups must be empty).
-  std::unique_ptr<CpuQuota> quota =
-      CpuQuota::Create(o.cpus_per_worker, absl::StrCat("sluice-bench-scaleout-", getpid()), o.quota == "auto");
+  // Every worker gets the same CPU limit; the supervisor sets the cgroups up (or falls back to
+  // taskset) and removes them once the workers are gone.
+  LocalDataServiceOptions dso = BenchServiceOptions(o.bin_dir, *log_dir, {"--job_gc_grace_ms=0", "--tick_interval_ms=50"});
+  dso.worker_flags = {"--cpu_budget=1"};
+  dso.worker_cpus = o.cpus_per_worker;
+  dso.cpu_quota_cgroups = o.quota == "auto";
+  dso.cpu_quota_group = absl::StrCat("sluice-bench-scaleout-", getpid());
+  auto ds = StartBenchService(dso);
+  if (!ds.ok()) return Fail(ds.status(), *log_dir);
+  const CpuQuota* quota = (*ds)->cpu_quota();
   std::cout << "scaleout: CPU limit per worker: " << quota->Describe() << std::endl;
   for (const auto& note : quota->notes()) std::cout << "scaleout:   (" << note << ")" << std::endl;
   std::cout << "scaleout: logs in " << *log_dir << std::endl;
 
-  LocalDataServiceOptions dso;
-  dso.bin_dir = o.bin_dir.empty() ? ExecutableDir() : o.bin_dir;
-  dso.log_dir = *log_dir;
-  dso.dispatcher_args = {"--job_gc_grace_ms=0", "--tick_interval_ms=50"};
-  dso.worker_args = {"--cpu_budget=1"};
-  auto ds = LocalDataService::Start(dso);
-  if (!ds.ok()) return Fail(ds.status(), *log_dir);
-
   std::vector<ScaleoutPoint> points;
   for (int n : counts) {
     while ((*ds)->num_workers() < n) {
-      const int index = (*ds)->num_workers();
-      absl::Status s = (*ds)->AddWorker([&quota, index](pid_t pid) { return quota->Apply(pid, index); });
-      if (!s.ok()) return Fail(s, *log_dir);
+      if (absl::Status s = AddBenchWorker(**ds); !s.ok()) return Fail(s, *log_dir);
     }
     if (absl::Status s = (*ds)->WaitForWorkers(n, absl::Seconds(30)); !s.ok()) return Fail(s, *log_dir);
     if (absl::Status s = (*ds)->WaitForJobsFinished(absl::Seconds(20)); !s.ok()) return Fail(s, *log_dir);
@@ -231,9 +233,8 @@ int RunScaleoutBenchmark(const ScaleoutBenchOptions& o) {
       {"machine", ToJson(machine)},
       {"load_avg_after", {after.load1, after.load5, after.load15}},
   };
-  const std::string mechanism = MechanismName(quota->mechanism());
-  ds->reset();
-  quota.reset();
+  const std::string mechanism = local::MechanismName(quota->mechanism());
+  StopBenchService(*ds);
   if (!o.keep_logs) RemoveLogDir(*log_dir);
   std::cout << ScaleoutResultJson(points, mechanism, extra).dump() << std::endl;
   return 0;

@@ -1,11 +1,11 @@
 // `sluice bench scaleout`: throughput of one client reading a CPU-bound pipeline (synthetic images
 // -> resize -> normalize) from 1, 2, 4 and 8 sluice-worker processes, each limited to a fraction of
-// a CPU (cpu_quota.h: cgroup v2, else cgroup v1, else taskset+nice; the mechanism is reported).
+// a CPU (local/cpu_quota.h: cgroup v2, else cgroup v1, else taskset+nice; the mechanism is reported).
 // Workers are added between the measurements (1 -> 2 -> 4 -> 8); each measurement is a fresh
 // SHARDING_OFF job, so every worker runs the pipeline. Also samples each worker's CPU time and the
 // cgroups' throttling counters over the window, to show the quota held.
 //
-// Threading: RunScaleoutBenchmark runs on the caller's thread (which must outlive the children).
+// Threading: RunScaleoutBenchmark runs on the caller's thread (the supervisor forks on its own).
 #ifndef SLUICE_BENCH_SCALEOUT_SCALEOUT_BENCH_H_
 #define SLUICE_BENCH_SCALEOUT_SCALEOUT_BENCH_H_
 

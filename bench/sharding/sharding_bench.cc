@@ -6,7 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "bench/dataservice/bench_report.h"
-#include "bench/dataservice/local_dataservice.h"
+#include "bench/dataservice/bench_service.h"
 #include "common/log.h"
 #include "dataplane/client/data_service_client.h"
 
@@ -37,7 +37,7 @@ int Fail(const absl::Status& status, const std::string& log_dir) {
 }
 
 // One trial: a fresh anonymous job of `def` with `sharding`, read until `total` elements arrived.
-absl::StatusOr<ShardingTrial> RunTrial(LocalDataService& ds, CountingDispatcherProxy& proxy,
+absl::StatusOr<ShardingTrial> RunTrial(local::LocalDataService& ds, CountingDispatcherProxy& proxy,
                                        const pipeline::PipelineDef& def, service::ShardingPolicy sharding,
                                        const ShardingBenchOptions& o) {
   const int64_t total = o.num_epochs * o.elements_per_epoch;
@@ -191,11 +191,7 @@ int RunShardingBenchmark(const ShardingBenchOptions& o) {
   if (!log_dir.ok()) return Fail(log_dir.status(), "");
   std::cout << "sharding: starting sluice-dispatcher, a counting proxy and " << o.workers
             << " sluice-worker processes (logs in " << *log_dir << ")" << std::endl;
-  LocalDataServiceOptions dso;
-  dso.bin_dir = o.bin_dir.empty() ? ExecutableDir() : o.bin_dir;
-  dso.log_dir = *log_dir;
-  dso.dispatcher_args = {"--job_gc_grace_ms=0", "--tick_interval_ms=50"};
-  auto ds = LocalDataService::Start(dso);
+  auto ds = StartBenchService(BenchServiceOptions(o.bin_dir, *log_dir, {"--job_gc_grace_ms=0", "--tick_interval_ms=50"}));
   if (!ds.ok()) return Fail(ds.status(), *log_dir);
   auto proxy = CountingDispatcherProxy::Start((*ds)->dispatcher_address());
   if (!proxy.ok()) return Fail(proxy.status(), *log_dir);
@@ -204,7 +200,7 @@ int RunShardingBenchmark(const ShardingBenchOptions& o) {
   auto run_trials = [&](int trials, const char* phase, std::vector<ShardingTrial>& dynamic,
                         std::vector<ShardingTrial>& off) -> absl::Status {
     for (int i = 0; i < o.workers; ++i) {
-      if (absl::Status s = (*ds)->AddWorker(); !s.ok()) return s;
+      if (absl::Status s = AddBenchWorker(**ds); !s.ok()) return s;
     }
     if (absl::Status s = (*ds)->WaitForWorkers(o.workers, absl::Seconds(20)); !s.ok()) return s;
     for (int trial = 0; trial < trials; ++trial) {
@@ -230,7 +226,7 @@ int RunShardingBenchmark(const ShardingBenchOptions& o) {
         (dyn ? dynamic : off).push_back(*t);
       }
     }
-    return (*ds)->StopWorkers();
+    return StopAllWorkers(**ds);
   };
   // Timed: workers talk to the dispatcher directly.
   std::vector<ShardingTrial> dynamic, off, counted_dynamic, counted_off;
@@ -249,7 +245,7 @@ int RunShardingBenchmark(const ShardingBenchOptions& o) {
       {"machine", ToJson(machine)},
       {"load_avg_after", {after.load1, after.load5, after.load15}},
   };
-  ds->reset();
+  StopBenchService(*ds);
   proxy->reset();
   if (!o.keep_logs) RemoveLogDir(*log_dir);
   std::cout << ShardingResultJson(dynamic, off, counted_dynamic, counted_off, splits_per_epoch, o, kTargetRatio, extra)

@@ -12,7 +12,7 @@
 // slows DYNAMIC (a split's start is acknowledged before it is read), so those trials are reported
 // separately and not used for the ratio.
 //
-// Threading: RunShardingBenchmark runs on the caller's thread (which must outlive the children).
+// Threading: RunShardingBenchmark runs on the caller's thread (the supervisor forks on its own).
 #ifndef SLUICE_BENCH_SHARDING_SHARDING_BENCH_H_
 #define SLUICE_BENCH_SHARDING_SHARDING_BENCH_H_
 

@@ -1,5 +1,6 @@
 #include "bench/transfer/transfer_bench.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,11 +10,11 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "bench/dataservice/bench_process.h"
-#include "bench/dataservice/local_dataservice.h"
+#include "bench/dataservice/bench_service.h"
 #include "bench/transfer/raw_grpc.h"
 #include "common/log.h"
 #include "dataplane/client/data_service_client.h"
+#include "local/child_process.h"
 
 namespace sluice::bench {
 namespace {
@@ -202,23 +203,20 @@ int RunTransferBenchmark(const TransferBenchOptions& o) {
   const MachineInfo machine_before = ReadMachineInfo();
   auto log_dir = MakeLogDir("transfer");
   if (!log_dir.ok()) return Fail(log_dir.status(), "");
-  const std::string bin_dir = o.bin_dir.empty() ? ExecutableDir() : o.bin_dir;
   std::cout << "transfer: starting sluice-dispatcher, one sluice-worker and the raw gRPC server (logs in "
             << *log_dir << ")" << std::endl;
 
-  LocalDataServiceOptions dso;
-  dso.bin_dir = bin_dir;
-  dso.log_dir = *log_dir;
-  dso.dispatcher_args = {"--job_gc_grace_ms=0", "--tick_interval_ms=50"};
-  auto ds = LocalDataService::Start(dso);
+  auto ds = StartBenchService(BenchServiceOptions(o.bin_dir, *log_dir, {"--job_gc_grace_ms=0", "--tick_interval_ms=50"}));
   if (!ds.ok()) return Fail(ds.status(), *log_dir);
-  if (absl::Status s = (*ds)->AddWorker(); !s.ok()) return Fail(s, *log_dir);
-  auto raw_server = BenchProcess::Start({ExecutablePath(), "bench", "transfer", "--serve_raw_grpc"},
-                                        *log_dir + "/raw-grpc.log");
+  if (absl::Status s = AddBenchWorker(**ds); !s.ok()) return Fail(s, *log_dir);
+  local::ChildProcessOptions raw_options;
+  raw_options.argv = {ExecutablePath(), "bench", "transfer", "--serve_raw_grpc"};
+  raw_options.log_file = *log_dir + "/raw-grpc.log";
+  auto raw_server = local::ChildProcess::Start(raw_options);
   if (!raw_server.ok()) return Fail(raw_server.status(), *log_dir);
-  auto raw_line = (*raw_server)->WaitForLogLine("msg=listening", absl::Seconds(20));
+  auto raw_line = (*raw_server)->WaitForLine("msg=listening", absl::Seconds(20));
   if (!raw_line.ok()) return Fail(raw_line.status(), *log_dir);
-  auto raw_port = IntFromLogLine(*raw_line, "port");
+  auto raw_port = local::LogfmtInt(*raw_line, "port");
   if (!raw_port.ok()) return Fail(raw_port.status(), *log_dir);
   const std::string raw_address = absl::StrCat("127.0.0.1:", *raw_port);
 
@@ -236,7 +234,7 @@ int RunTransferBenchmark(const TransferBenchOptions& o) {
     window.warmup = absl::Seconds(o.warmup_seconds);
     window.measure = absl::Seconds(o.seconds);
     ReadWindow sluice_window = window, raw_window = window;
-    sluice_window.cpu_pids = {(*ds)->worker(0).pid(), getpid()};
+    sluice_window.cpu_pids = {(*ds)->worker(0).process->pid(), getpid()};
     raw_window.cpu_pids = {(*raw_server)->pid(), getpid()};
     TransferSizeResult r;
     r.element_bytes = size;
@@ -277,8 +275,10 @@ int RunTransferBenchmark(const TransferBenchOptions& o) {
       {"machine", ToJson(machine_before)},
       {"load_avg_after", {machine_after.load1, machine_after.load5, machine_after.load15}},
   };
+  (*raw_server)->Signal(SIGTERM);
+  (void)(*raw_server)->Wait(absl::Seconds(3));
   raw_server->reset();
-  ds->reset();
+  StopBenchService(*ds);
   if (!o.keep_logs) RemoveLogDir(*log_dir);
   std::cout << TransferResultJson(results, kTargetRatio, extra).dump() << std::endl;
   return 0;

@@ -24,7 +24,7 @@
 #include "dataplane/pipeline/spec_parser.h"
 #include "dataplane/rpc/credentials.h"
 #include "dataservice.grpc.pb.h"
-#include "e2e_dataplane/local_dataservice.h"
+#include "local/local_dataservice.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace sluice::cli {

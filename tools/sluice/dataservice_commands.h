@@ -1,15 +1,15 @@
 // `sluice up` and `sluice dispatcher-state`: the data service on one machine without Kubernetes.
 //
 // `sluice up` starts a sluice-dispatcher and N sluice-worker processes (children, from the sluice
-// binary's own directory), reads an example pipeline through the service with the C++ client (a
+// binary's own directory, through the local process supervisor in local/), reads an example pipeline through the service with the C++ client (a
 // stand-in trainer: progress line, then throughput, the stall ratio the client measured, and the
 // elements each worker produced), and tears everything down — also on Ctrl-C. With --keep-running
 // it then serves until Ctrl-C, printing the dispatcher address for other consumers.
 // `sluice dispatcher-state ADDRESS` prints a dispatcher's GetState (workers and jobs).
 //
 // The Run* functions write their report to `out` and progress/errors to `err` and return an exit
-// code. RunUp must be called from the main thread (it blocks SIGINT/SIGTERM and takes them with
-// sigwait; the children die with the thread that started them).
+// code. RunUp must be called from the main thread, before other threads start (it blocks
+// SIGINT/SIGTERM, which every later thread inherits, and takes them with sigwait).
 #ifndef SLUICE_TOOLS_SLUICE_DATASERVICE_COMMANDS_H_
 #define SLUICE_TOOLS_SLUICE_DATASERVICE_COMMANDS_H_
 

@@ -1,4 +1,4 @@
-#include "bench/scaleout/cpu_quota.h"
+#include "local/cpu_quota.h"
 
 #include <unistd.h>
 
@@ -6,7 +6,7 @@
 
 #include <map>
 
-namespace sluice::bench {
+namespace sluice::local {
 namespace {
 
 // /proc/self/mounts of this kind of machine: cgroup v1 controllers plus a cgroup2 "unified" mount.
@@ -106,9 +106,11 @@ TEST_CASE("The taskset fallback pins a process and reports no throttling") {
   CHECK(q->mechanism() == QuotaMechanism::kTaskset);
   CHECK(q->Describe().find("taskset") != std::string::npos);
   REQUIRE(!q->notes().empty());
-  CHECK(q->notes()[0].find("--quota taskset") != std::string::npos);
+  CHECK(q->notes()[0].find("taskset was asked for") != std::string::npos);
   CHECK(q->Stats(0).periods == 0);
+  CHECK(absl::IsInvalidArgument(q->Apply(::getpid(), 0, 0)));  // a limit must be > 0
+  CHECK(absl::IsInvalidArgument(q->Apply(::getpid(), 0, -1)));
 }
 
 }  // namespace
-}  // namespace sluice::bench
+}  // namespace sluice::local

@@ -1,21 +1,26 @@
 // ChildProcess: runs a program as a child in its own process group with its stdout and stderr
-// captured line by line (kept in memory, bounded, and optionally appended to a log file), so the
-// data-service tests and `sluice up` can start real sluice-dispatcher / sluice-worker processes,
-// wait for their "listening" line, signal them and never leave one behind:
+// captured line by line (kept in memory, bounded, and optionally appended to a log file; stdin is
+// /dev/null), so the local supervisor (local_dataservice.h), `sluice up`, the benchmarks and the
+// multi-process tests can start real sluice-dispatcher / sluice-worker processes, wait for their
+// "listening" line, signal them and never leave one behind:
 //  - the child gets PR_SET_PDEATHSIG=SIGKILL, so it dies with the thread that started it;
-//  - the destructor SIGKILLs the child's whole process group and reaps the child.
+//  - the destructor SIGKILLs the child's whole process group and reaps the child;
+//  - `before_exec` runs in the parent while the child waits just before exec (e.g. to put it in a
+//    cgroup), so the program never runs a single instruction outside its limits.
 // Exit is observed through a pidfd (poll with a deadline; no sleeping loops).
 //
-// Threading: all methods are thread-safe. One reader thread per child drains the output pipe; it
-// is joined by the destructor. Start children from a long-lived thread (PDEATHSIG follows the
-// thread that forked).
-#ifndef SLUICE_E2E_DATAPLANE_CHILD_PROCESS_H_
-#define SLUICE_E2E_DATAPLANE_CHILD_PROCESS_H_
+// Threading: all ChildProcess methods are thread-safe. One reader thread per child drains the
+// output pipe; it is joined by the destructor. PDEATHSIG follows the thread that forked, so start
+// children from a thread that lives as long as they should: the main thread, or a ProcessSpawner
+// (below), whose own long-lived thread forks on behalf of any caller.
+#ifndef SLUICE_LOCAL_CHILD_PROCESS_H_
+#define SLUICE_LOCAL_CHILD_PROCESS_H_
 
 #include <sys/types.h>
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,6 +41,9 @@ struct ChildProcessOptions {
   std::string log_file;           // non-empty: every output line is appended here too
   std::string echo_prefix;        // non-empty: every output line is also written to stderr after this prefix
   size_t max_lines = 20000;       // output lines kept in memory (the oldest are dropped)
+  // Runs in the parent with the child's pid while the child waits before exec; an error kills the
+  // child and is returned by Start.
+  std::function<absl::Status(pid_t)> before_exec;
 };
 
 class ChildProcess {
@@ -67,6 +75,8 @@ class ChildProcess {
   absl::StatusOr<int> Wait(absl::Duration timeout);
   // True once the child exited (reaps it if it did).
   bool Exited();
+  // Its wait status once reaped (by Exited, Wait or KillGroup); never blocks.
+  std::optional<int> ExitStatus() const;
 
  private:
   ChildProcess(std::string name, ChildProcessOptions options);
@@ -91,12 +101,39 @@ class ChildProcess {
   std::thread reader_;
 };
 
+// Runs ChildProcess::Start on a thread of its own that lives as long as this object, so that the
+// children do not die (PDEATHSIG) when the thread that asked for them ends. Destroying the spawner
+// ends that thread: children it started that still run then get SIGKILL from the kernel.
+// Thread-safe: Start may be called from any thread; calls are served one at a time.
+class ProcessSpawner {
+ public:
+  ProcessSpawner();
+  ~ProcessSpawner();
+  ProcessSpawner(const ProcessSpawner&) = delete;
+  ProcessSpawner& operator=(const ProcessSpawner&) = delete;
+
+  // ChildProcess::Start(options), forked on the spawner's thread (before_exec runs there too).
+  absl::StatusOr<std::unique_ptr<ChildProcess>> Start(ChildProcessOptions options);
+
+ private:
+  struct Request;
+  void Loop();
+
+  absl::Mutex mu_;
+  std::deque<Request*> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
 // The value of `key` in a logfmt line (key=value or key="quoted value"), if present.
 std::optional<std::string> LogfmtField(absl::string_view line, absl::string_view key);
+// The integer value of `key` in a logfmt line. NotFound without the key; InvalidArgument (naming
+// the key, the value and the line) when it is not an integer.
+absl::StatusOr<int64_t> LogfmtInt(absl::string_view line, absl::string_view key);
 
 // Human-readable description of a waitpid status ("exit 0", "signal 9").
 std::string DescribeWaitStatus(int status);
 
 }  // namespace sluice::local
 
-#endif  // SLUICE_E2E_DATAPLANE_CHILD_PROCESS_H_
+#endif  // SLUICE_LOCAL_CHILD_PROCESS_H_

@@ -1,16 +1,22 @@
-// Per-process CPU limits for the scale-out benchmark, with the best mechanism the machine offers:
+// Per-process CPU limits for local workers (the supervisor's optional per-worker quota, so one
+// machine can stand in for many small workers; the scale-out benchmark measures with it), with the
+// best mechanism the machine offers:
 //  1. cgroup v2 (a cgroup2 mount whose cgroup.controllers lists `cpu`): cpu.max "<quota> <period>";
 //  2. cgroup v1 (a `cgroup` mount with the `cpu` controller and cpu.cfs_quota_us): CFS quota/period;
 //  3. otherwise taskset-style affinity plus nice: every limited process is pinned to one CPU and
 //     niced, so together they share one core (no per-process fraction; reported as such).
 // Detection is pure (ParseCgroupMounts, ChooseQuotaMechanism over a file probe) and unit-tested;
 // CpuQuota applies the choice, falling back to the next mechanism when creating a cgroup fails
-// (e.g. no permission).
+// (e.g. no permission: a container without a writable /sys/fs/cgroup); notes() says why, in words
+// a user can act on. Requirements for a real per-process fraction: a cgroup v2 mount with the cpu
+// controller, or a cgroup v1 cpu mount with CFS bandwidth control, writable by this process (root,
+// or a delegated subtree).
 //
-// Threading: CpuQuota is used from one thread. Its destructor removes the cgroups it created; stop
-// the limited processes first (a cgroup with live processes cannot be removed).
-#ifndef SLUICE_BENCH_SCALEOUT_CPU_QUOTA_H_
-#define SLUICE_BENCH_SCALEOUT_CPU_QUOTA_H_
+// Threading: CpuQuota is thread-safe (Apply, Stats and Remove may be called from any thread). Its
+// destructor removes the cgroups it created; stop the limited processes first (a cgroup with live
+// processes cannot be removed).
+#ifndef SLUICE_LOCAL_CPU_QUOTA_H_
+#define SLUICE_LOCAL_CPU_QUOTA_H_
 
 #include <sys/types.h>
 
@@ -22,10 +28,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 
-namespace sluice::bench {
+namespace sluice::local {
 
 enum class QuotaMechanism { kCgroupV2, kCgroupV1, kTaskset };
 std::string MechanismName(QuotaMechanism m);  // "cgroup-v2", "cgroup-v1", "taskset"
@@ -72,8 +80,8 @@ ThrottleStats ThrottleStatsFromCpuStat(const std::map<std::string, int64_t>& sta
 
 class CpuQuota {
  public:
-  // Prepares limits of `cpus_per_process` CPUs each under a group named `name` (e.g.
-  // "sluice-bench-scaleout-<pid>"). Never fails outright: the taskset fallback always works.
+  // Prepares limits of `cpus_per_process` CPUs each (the default of Apply) under a group named
+  // `name` (e.g. "sluice-local-<pid>"). Never fails outright: the taskset fallback always works.
   // `allow_cgroups` false forces the fallback.
   static std::unique_ptr<CpuQuota> Create(double cpus_per_process, const std::string& name, bool allow_cgroups = true);
   ~CpuQuota();
@@ -81,29 +89,40 @@ class CpuQuota {
   CpuQuota& operator=(const CpuQuota&) = delete;
 
   QuotaMechanism mechanism() const { return mechanism_; }
+  // Why better mechanisms were not used ("cgroup-v2 unusable: cannot create ...: Permission denied").
   const std::vector<std::string>& notes() const { return notes_; }
-  // One line for the report, e.g. "cgroup-v1 cpu.cfs_quota_us=20000 cpu.cfs_period_us=100000 per worker".
+  // One line for reports, e.g. "cgroup-v1 cpu.cfs_quota_us=20000 cpu.cfs_period_us=100000 per worker".
   std::string Describe() const;
+  // The default limit, in CPUs.
+  double cpus() const { return cpus_; }
 
-  // Limits process `pid` (limit number `index`, a fresh cgroup per index).
-  absl::Status Apply(pid_t pid, int index);
+  // Limits process `pid` as limit number `index` (a cgroup per index, reused when the same index
+  // is applied again, e.g. to a restarted process) to `cpus` CPUs (the default when omitted; the
+  // taskset fallback cannot apply fractions: it pins every limited process to one CPU).
+  absl::Status Apply(pid_t pid, int index) { return Apply(pid, index, cpus_); }
+  absl::Status Apply(pid_t pid, int index, double cpus);
   // Throttling counters of limit `index` so far (zeros for taskset).
   ThrottleStats Stats(int index) const;
+  // Removes the cgroup of limit `index` (once its process is gone); a no-op for taskset.
+  void Remove(int index);
 
  private:
   CpuQuota() = default;
   absl::Status SetUpCgroupParent();
   std::string LeafDir(int index) const;
 
+  // Set by Create, then constant.
   QuotaMechanism mechanism_ = QuotaMechanism::kTaskset;
   double cpus_ = 0;
   int64_t period_us_ = 100000;
   std::string parent_dir_;              // cgroups: the group holding one leaf per index
-  std::vector<std::string> created_;    // directories to remove, children first
   std::vector<std::string> notes_;
   int pinned_cpu_ = 0;                  // taskset
+
+  mutable absl::Mutex mu_;
+  std::vector<std::string> created_ ABSL_GUARDED_BY(mu_);  // directories to remove, children first
 };
 
-}  // namespace sluice::bench
+}  // namespace sluice::local
 
-#endif  // SLUICE_BENCH_SCALEOUT_CPU_QUOTA_H_
+#endif  // SLUICE_LOCAL_CPU_QUOTA_H_

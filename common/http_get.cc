@@ -1,16 +1,12 @@
-#include "e2e_dataplane/metrics_text.h"
+#include "common/http_get.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <cmath>
-#include <cstdlib>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -19,37 +15,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 
-namespace sluice::local {
+namespace sluice {
 namespace {
-
-absl::Status LineError(int line_number, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("metrics text line ", line_number, ": ", what));
-}
-
-bool ParseValue(absl::string_view text, double* value) {
-  if (text == "+Inf") {
-    *value = INFINITY;
-    return true;
-  }
-  if (text == "-Inf") {
-    *value = -INFINITY;
-    return true;
-  }
-  if (text == "NaN") {
-    *value = NAN;
-    return true;
-  }
-  return absl::SimpleAtod(text, value);
-}
-
-bool Matches(const MetricSample& s, absl::string_view name, const std::map<std::string, std::string>& match) {
-  if (s.name != name) return false;
-  for (const auto& [k, v] : match) {
-    auto it = s.labels.find(k);
-    if (it == s.labels.end() || it->second != v) return false;
-  }
-  return true;
-}
 
 // Closes a file descriptor on scope exit.
 struct FdCloser {
@@ -73,82 +40,12 @@ absl::Status WaitFd(int fd, short events, absl::Time deadline, absl::string_view
 
 }  // namespace
 
-absl::StatusOr<std::vector<MetricSample>> ParsePrometheusText(absl::string_view text) {
-  std::vector<MetricSample> samples;
-  int line_number = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    ++line_number;
-    line = absl::StripAsciiWhitespace(line);
-    if (line.empty() || line[0] == '#') continue;
-    MetricSample sample;
-    size_t pos = 0;
-    while (pos < line.size() && line[pos] != '{' && line[pos] != ' ') ++pos;
-    sample.name = std::string(line.substr(0, pos));
-    if (sample.name.empty()) return LineError(line_number, "no metric name");
-    if (pos < line.size() && line[pos] == '{') {
-      ++pos;
-      while (true) {
-        while (pos < line.size() && (line[pos] == ' ' || line[pos] == ',')) ++pos;
-        if (pos >= line.size()) return LineError(line_number, "unterminated label set");
-        if (line[pos] == '}') {
-          ++pos;
-          break;
-        }
-        const size_t eq = line.find('=', pos);
-        if (eq == absl::string_view::npos) return LineError(line_number, "label without '='");
-        std::string key(absl::StripAsciiWhitespace(line.substr(pos, eq - pos)));
-        pos = eq + 1;
-        if (pos >= line.size() || line[pos] != '"') return LineError(line_number, "label value is not quoted");
-        ++pos;
-        std::string value;
-        bool closed = false;
-        while (pos < line.size()) {
-          char c = line[pos++];
-          if (c == '"') {
-            closed = true;
-            break;
-          }
-          if (c == '\\' && pos < line.size()) {
-            char e = line[pos++];
-            value.push_back(e == 'n' ? '\n' : e);
-          } else {
-            value.push_back(c);
-          }
-        }
-        if (!closed) return LineError(line_number, "unterminated label value");
-        if (key.empty()) return LineError(line_number, "empty label name");
-        sample.labels[key] = std::move(value);
-      }
-    }
-    absl::string_view rest = absl::StripLeadingAsciiWhitespace(line.substr(pos));
-    absl::string_view value_text = rest.substr(0, rest.find(' '));  // an optional timestamp follows
-    if (!ParseValue(value_text, &sample.value)) {
-      return LineError(line_number, absl::StrCat("value '", value_text, "' is not a number"));
-    }
-    samples.push_back(std::move(sample));
-  }
-  return samples;
-}
-
-double SumSamples(const std::vector<MetricSample>& samples, absl::string_view name,
-                  const std::map<std::string, std::string>& match) {
-  double sum = 0;
-  for (const auto& s : samples) {
-    if (Matches(s, name, match)) sum += s.value;
-  }
-  return sum;
-}
-
-int CountSamples(const std::vector<MetricSample>& samples, absl::string_view name,
-                 const std::map<std::string, std::string>& match) {
-  int n = 0;
-  for (const auto& s : samples) n += Matches(s, name, match) ? 1 : 0;
-  return n;
-}
-
 absl::StatusOr<HttpResponse> HttpGet(const std::string& host, int port, const std::string& path,
                                      absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
+  if (port <= 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("HTTP GET: port ", port, " is outside 1-65535"));
+  }
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
@@ -202,13 +99,18 @@ absl::StatusOr<HttpResponse> HttpGet(const std::string& host, int port, const st
   return response;
 }
 
-absl::StatusOr<std::vector<MetricSample>> ScrapeMetrics(const std::string& host, int port, absl::Duration timeout) {
+absl::StatusOr<std::vector<promtext::MetricSample>> ScrapeMetrics(const std::string& host, int port, absl::Duration timeout) {
   auto response = HttpGet(host, port, "/metrics", timeout);
   if (!response.ok()) return response.status();
   if (response->status != 200) {
     return absl::UnavailableError(absl::StrCat("GET ", host, ":", port, "/metrics answered ", response->status));
   }
-  return ParsePrometheusText(response->body);
+  auto samples = promtext::ParsePrometheusText(response->body);
+  if (!samples.ok()) {
+    return absl::Status(samples.status().code(),
+                        absl::StrCat("GET ", host, ":", port, "/metrics: ", samples.status().message()));
+  }
+  return samples;
 }
 
-}  // namespace sluice::local
+}  // namespace sluice

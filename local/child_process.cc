@@ -1,4 +1,4 @@
-#include "e2e_dataplane/child_process.h"
+#include "local/child_process.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +14,7 @@
 #include <cstdio>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -60,18 +61,28 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(ChildProcessOp
   argv.push_back(nullptr);
   const char* cwd = opts.working_dir.empty() ? nullptr : opts.working_dir.c_str();
 
-  int out[2], err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("pipe2: ", strerror(errno)));
-  if (::pipe2(err, O_CLOEXEC) != 0) {
-    ::close(out[0]);
-    ::close(out[1]);
-    return absl::InternalError(absl::StrCat("pipe2: ", strerror(errno)));
+  // out: the child's stdout+stderr; err: exec's errno if it fails; gate: the child waits on it
+  // before exec until before_exec has run (only when there is one).
+  int out[2] = {-1, -1}, err[2] = {-1, -1}, gate[2] = {-1, -1};
+  const bool gated = static_cast<bool>(opts.before_exec);
+  auto close_all = [&] {
+    for (int fd : {out[0], out[1], err[0], err[1], gate[0], gate[1]}) {
+      if (fd >= 0) ::close(fd);
+    }
+  };
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 || (gated && ::pipe2(gate, O_CLOEXEC) != 0)) {
+    const int e = errno;
+    close_all();
+    return absl::InternalError(absl::StrCat("pipe2: ", strerror(e)));
   }
+  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
-    for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
-    return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
+    const int e = errno;
+    close_all();
+    if (null_fd >= 0) ::close(null_fd);
+    return absl::InternalError(absl::StrCat("fork: ", strerror(e)));
   }
   if (pid == 0) {
     ::setpgid(0, 0);
@@ -83,6 +94,16 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(ChildProcessOp
     ::signal(SIGPIPE, SIG_DFL);
     ::dup2(out[1], STDOUT_FILENO);
     ::dup2(out[1], STDERR_FILENO);
+    if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
+    if (gated) {
+      ::close(gate[1]);
+      char go = 0;
+      ssize_t r;
+      do {
+        r = ::read(gate[0], &go, 1);
+      } while (r < 0 && errno == EINTR);
+      if (r != 1) ::_exit(127);  // the parent gave up on us (before_exec failed)
+    }
     int code = 0;
     if (cwd != nullptr && ::chdir(cwd) != 0) {
       code = errno;
@@ -95,10 +116,30 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(ChildProcessOp
     ::_exit(127);
   }
   ::setpgid(pid, pid);  // also here: the group exists before Start returns, whoever runs first
+  if (null_fd >= 0) ::close(null_fd);
   ::close(out[1]);
   ::close(err[1]);
   child->pid_ = pid;
   child->pidfd_ = OpenPidfd(pid);
+  if (gated) {
+    ::close(gate[0]);
+    absl::Status prepared = opts.before_exec(pid);
+    if (prepared.ok()) {
+      const char go = 1;
+      ssize_t w;
+      do {
+        w = ::write(gate[1], &go, 1);
+      } while (w < 0 && errno == EINTR);
+    }
+    ::close(gate[1]);  // without the byte, the child exits at once
+    if (!prepared.ok()) {
+      ::close(out[0]);
+      ::close(err[0]);
+      child->KillGroup();
+      return absl::Status(prepared.code(), absl::StrCat("preparing ", opts.argv[0], " (pid ", pid,
+                                                        ") before exec: ", prepared.message()));
+    }
+  }
   int code = 0;
   ssize_t n;
   do {
@@ -253,6 +294,12 @@ absl::StatusOr<int> ChildProcess::Wait(absl::Duration timeout) {
 
 bool ChildProcess::Exited() { return ReapWithin(absl::ZeroDuration()); }
 
+std::optional<int> ChildProcess::ExitStatus() const {
+  absl::MutexLock lock(&reap_mu_);
+  if (!reaped_) return std::nullopt;
+  return wait_status_;
+}
+
 std::optional<std::string> LogfmtField(absl::string_view line, absl::string_view key) {
   size_t pos = 0;
   while (pos < line.size()) {
@@ -280,10 +327,63 @@ std::optional<std::string> LogfmtField(absl::string_view line, absl::string_view
   return std::nullopt;
 }
 
+absl::StatusOr<int64_t> LogfmtInt(absl::string_view line, absl::string_view key) {
+  std::optional<std::string> text = LogfmtField(line, key);
+  if (!text) return absl::NotFoundError(absl::StrCat("no ", key, "= in the log line: ", line));
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(*text, &value)) {
+    return absl::InvalidArgumentError(absl::StrCat(key, "=", *text, " is not an integer in the log line: ", line));
+  }
+  return value;
+}
+
 std::string DescribeWaitStatus(int status) {
   if (WIFEXITED(status)) return absl::StrCat("exit ", WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return absl::StrCat("signal ", WTERMSIG(status));
   return absl::StrCat("status ", status);
+}
+
+struct ProcessSpawner::Request {
+  ChildProcessOptions options;
+  std::optional<absl::StatusOr<std::unique_ptr<ChildProcess>>> result;  // set by the spawner thread
+};
+
+ProcessSpawner::ProcessSpawner() : thread_([this] { Loop(); }) {}
+
+ProcessSpawner::~ProcessSpawner() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+}
+
+absl::StatusOr<std::unique_ptr<ChildProcess>> ProcessSpawner::Start(ChildProcessOptions options) {
+  Request request{std::move(options), std::nullopt};
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return absl::FailedPreconditionError("the process spawner is stopping");
+  queue_.push_back(&request);
+  auto done = [&request]() { return request.result.has_value(); };
+  mu_.Await(absl::Condition(&done));
+  return *std::move(request.result);
+}
+
+void ProcessSpawner::Loop() {
+  while (true) {
+    Request* request = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
+      mu_.Await(absl::Condition(&ready));
+      if (queue_.empty()) return;  // stopping, and nobody waits
+      request = queue_.front();
+      queue_.pop_front();
+    }
+    // Forks outside the lock: callers may queue meanwhile.
+    absl::StatusOr<std::unique_ptr<ChildProcess>> started = ChildProcess::Start(std::move(request->options));
+    absl::MutexLock lock(&mu_);
+    request->result = std::move(started);
+  }
 }
 
 }  // namespace sluice::local

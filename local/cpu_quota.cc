@@ -1,4 +1,4 @@
-#include "bench/scaleout/cpu_quota.h"
+#include "local/cpu_quota.h"
 
 #include <sched.h>
 #include <sys/resource.h>
@@ -18,7 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
-namespace sluice::bench {
+namespace sluice::local {
 namespace {
 
 std::optional<std::string> ReadFileIfExists(const std::string& path) {
@@ -178,7 +178,7 @@ std::unique_ptr<CpuQuota> CpuQuota::Create(double cpus_per_process, const std::s
   std::vector<QuotaMechanism> skip;
   if (!allow_cgroups) {
     skip = {QuotaMechanism::kCgroupV2, QuotaMechanism::kCgroupV1};
-    q->notes_.push_back("cgroups not tried (--quota taskset)");
+    q->notes_.push_back("cgroups not tried (taskset was asked for)");
   }
   while (true) {
     QuotaChoice choice = ChooseQuotaMechanism(mounts, ReadFileIfExists, skip);
@@ -200,6 +200,7 @@ std::unique_ptr<CpuQuota> CpuQuota::Create(double cpus_per_process, const std::s
 }
 
 absl::Status CpuQuota::SetUpCgroupParent() {
+  absl::MutexLock lock(&mu_);
   // Remove whatever a failed earlier attempt created.
   for (auto it = created_.rbegin(); it != created_.rend(); ++it) rmdir(it->c_str());
   created_.clear();
@@ -225,7 +226,16 @@ absl::Status CpuQuota::SetUpCgroupParent() {
 }
 
 CpuQuota::~CpuQuota() {
+  absl::MutexLock lock(&mu_);
   for (auto it = created_.rbegin(); it != created_.rend(); ++it) rmdir(it->c_str());
+}
+
+void CpuQuota::Remove(int index) {
+  if (mechanism_ == QuotaMechanism::kTaskset) return;
+  const std::string leaf = LeafDir(index);
+  absl::MutexLock lock(&mu_);
+  auto it = std::find(created_.begin(), created_.end(), leaf);
+  if (it != created_.end() && rmdir(leaf.c_str()) == 0) created_.erase(it);
 }
 
 std::string CpuQuota::LeafDir(int index) const { return absl::StrCat(parent_dir_, "/w", index); }
@@ -244,7 +254,8 @@ std::string CpuQuota::Describe() const {
   return "";
 }
 
-absl::Status CpuQuota::Apply(pid_t pid, int index) {
+absl::Status CpuQuota::Apply(pid_t pid, int index, double cpus) {
+  if (!(cpus > 0)) return absl::InvalidArgumentError(absl::StrCat("CPU limit ", cpus, " must be > 0"));
   if (mechanism_ == QuotaMechanism::kTaskset) {
     cpu_set_t set;
     CPU_ZERO(&set);
@@ -256,13 +267,14 @@ absl::Status CpuQuota::Apply(pid_t pid, int index) {
     return absl::OkStatus();
   }
   const std::string leaf = LeafDir(index);
+  absl::MutexLock lock(&mu_);
   if (absl::Status s = MakeDir(leaf); !s.ok()) return s;
   if (std::find(created_.begin(), created_.end(), leaf) == created_.end()) created_.push_back(leaf);
   if (mechanism_ == QuotaMechanism::kCgroupV2) {
-    if (absl::Status s = WriteToFile(leaf + "/cpu.max", CpuMaxValue(cpus_, period_us_)); !s.ok()) return s;
+    if (absl::Status s = WriteToFile(leaf + "/cpu.max", CpuMaxValue(cpus, period_us_)); !s.ok()) return s;
   } else {
     if (absl::Status s = WriteToFile(leaf + "/cpu.cfs_period_us", absl::StrCat(period_us_)); !s.ok()) return s;
-    if (absl::Status s = WriteToFile(leaf + "/cpu.cfs_quota_us", absl::StrCat(QuotaMicros(cpus_, period_us_))); !s.ok()) {
+    if (absl::Status s = WriteToFile(leaf + "/cpu.cfs_quota_us", absl::StrCat(QuotaMicros(cpus, period_us_))); !s.ok()) {
       return s;
     }
   }
@@ -274,4 +286,4 @@ ThrottleStats CpuQuota::Stats(int index) const {
   return ThrottleStatsFromCpuStat(ParseKeyValueLines(ReadFileIfExists(LeafDir(index) + "/cpu.stat").value_or("")));
 }
 
-}  // namespace sluice::bench
+}  // namespace sluice::local
