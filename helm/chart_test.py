@@ -321,6 +321,7 @@ def test_service_account_create_false_needs_a_name():
     ("prometheus.url=prometheus:9090", "prometheus.url: Does not match pattern"),
     ("metrics.serviceMonitor.interval=30", "metrics.serviceMonitor.interval: Invalid type"),
     ("metrics.prometheusRule.defaultTargetStallRatio=2", "defaultTargetStallRatio: Must be less than or equal to 1"),
+    ("metrics.prometheusRule.defaultTargetStallRatio=high", "defaultTargetStallRatio: Does not match pattern"),
     ("operator.logLevel=verbose", "operator.logLevel must be one of the following"),
     ("operator.extraArgs[0]=leader-elect", "operator.extraArgs.0: Does not match pattern"),
 ])
