@@ -109,11 +109,17 @@ context=$OUT/context
 rm -rf "$context"
 mkdir -p "$context/bin"
 for p in "${PROGRAMS[@]}"; do install -m 0755 "$BIN/$p" "$context/bin/$p"; done
+previous=$(podman image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)
 podman build --quiet --pull=never --format oci --timestamp "$EPOCH" \
   --build-arg "BASE=$BASE" --build-arg "VERSION=$VERSION" --build-arg "REVISION=$REVISION" \
   --build-arg "CREATED=$CREATED" -f worker-image/Containerfile -t "$IMAGE" "$context" >/dev/null
 id=$(podman image inspect --format '{{.Id}}' "$IMAGE")
 echo "images.sh: built $IMAGE (${PROGRAMS[*]}) in $(elapsed "$t") s" >&2
+# The image this tag named before, now untagged, is removed (not if a container still uses it).
+if [ -n "$previous" ] && [ "$previous" != "$id" ] \
+    && [ -z "$(podman image inspect --format '{{join .RepoTags ","}}' "$previous" 2>/dev/null)" ]; then
+  podman rmi "$previous" >/dev/null 2>&1 || true
+fi
 
 # 3. The OCI archive, only when the image changed.
 archive=$OUT/sluice-$TAG.oci.tar
