@@ -369,3 +369,33 @@ def test_package():
     for f in ["sluice/Chart.yaml", "sluice/values.schema.json", "sluice/crds/dataservices.sluice.dev.yaml",
               "sluice/files/rules.yaml", "sluice/files/dashboard.json", "sluice/templates/NOTES.txt"]:
         assert f in names, f
+
+
+def render_notes(tmp_path, sets):
+    """NOTES.txt as `helm install` would print it (helm template leaves it out): a copy of the chart renders it
+    through tpl into a ConfigMap."""
+    import shutil
+    chart = tmp_path / "sluice"
+    shutil.copytree(CHART, chart)
+    shutil.copy(chart / "templates" / "NOTES.txt", chart / "files" / "NOTES.txt")
+    (chart / "templates" / "notes-check.yaml").write_text(
+        'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\n'
+        'data:\n  notes: {{ tpl (.Files.Get "files/NOTES.txt") . | quote }}\n')
+    args = ["template", "sluice", str(chart), "--namespace", RELEASE_NS, "--show-only", "templates/notes-check.yaml"]
+    for s in sets:
+        args += ["--set", s]
+    return yaml.safe_load(helm(*args).stdout)["data"]["notes"]
+
+
+def test_notes(tmp_path):
+    notes = render_notes(tmp_path, [])
+    assert "sluice-operator: 2 replica(s), leader election in sluice-system, reconciling DataServices in every namespace." in notes
+    assert "Image: localhost/sluice:0.1.0" in notes and "WARNING" not in notes and "autoscaler" not in notes
+    notes = render_notes(tmp_path / "b", ["watchNamespace=team", "autoscaler.enabled=true",
+                                          "metrics.dashboard.enabled=true", "metrics.prometheusRule.enabled=true"])
+    assert "reconciling DataServices in namespace team." in notes
+    assert "prometheus.url is empty" in notes
+    assert "enable metrics.podMonitor.enabled" in notes  # rules without the data plane's metrics
+    assert "the dashboard reads the recorded series" not in notes  # the rules are enabled
+    notes = render_notes(tmp_path / "c", ["metrics.dashboard.enabled=true"])
+    assert "the dashboard reads the recorded series of the chart's PrometheusRule" in notes
