@@ -13,6 +13,9 @@
 # Podman reads worker-image/containers.conf (runc, explicit ulimits) through CONTAINERS_CONF; /etc is not
 # touched. Runs as root (podman's rootful storage). Concurrent runs on one build directory wait (flock).
 # Usage: scripts/images.sh        Prints the image name, its size and the time each step took.
+# Environment: SLUICE_BUILD_DIR (default build), SLUICE_IMAGE_TAG (default: the project version),
+#   SLUICE_REBUILD_BASE=1 (build the base again although one with its key exists: e.g. to take Debian
+#   security updates, which do not change the key).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -74,7 +77,7 @@ MMDEBSTRAP_ARGS=(--variant=essential --hook-dir=/usr/share/mmdebstrap/hooks/merg
 key=$( { printf '%s\n' "$SUITE" "${MIRRORS[@]}" "${MMDEBSTRAP_ARGS[@]}" "${PACKAGES[@]}"; cat worker-image/minimize_rootfs.py; } \
       | sha256sum | cut -c1-16)
 BASE=localhost/sluice-base:$key
-if podman image exists "$BASE"; then
+if podman image exists "$BASE" && [ "${SLUICE_REBUILD_BASE:-0}" != 1 ]; then
   echo "images.sh: reusing base $BASE" >&2
 else
   t=$(now)
