@@ -56,11 +56,13 @@ while IFS= read -r line; do
   pkg=${line%%:*}; path=${line#*: }
   owner_of[$path]=$pkg; owner_of[${path/#\/lib\//\/usr\/lib\/}]=$pkg
 done < <(dpkg -S "${reals[@]}" "${reals[@]/#\/usr\/lib\//\/lib\/}" 2>/dev/null || true)
+declare -A listed=()
+for p in "${PACKAGES[@]}"; do listed[$p]=1; done
 missing=()
 for real in "${reals[@]}"; do
   pkg=${owner_of[$real]:-}
   [ -n "$pkg" ] || die "no Debian package owns $real (needed by ${PROGRAMS[*]}): the image can only hold packaged libraries"
-  printf '%s\n' "${PACKAGES[@]}" | grep -qx "$pkg" || missing+=("$pkg ($real)")
+  [ -n "${listed[$pkg]:-}" ] || missing+=("$pkg ($real)")
 done
 [ ${#missing[@]} -eq 0 ] || die "add to worker-image/runtime-packages.txt: ${missing[*]}"
 
