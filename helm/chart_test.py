@@ -399,3 +399,26 @@ def test_notes(tmp_path):
     assert "the dashboard reads the recorded series" not in notes  # the rules are enabled
     notes = render_notes(tmp_path / "c", ["metrics.dashboard.enabled=true"])
     assert "the dashboard reads the recorded series of the chart's PrometheusRule" in notes
+
+
+def test_sync_chart_names_and_fixes_what_is_stale(tmp_path):
+    """scripts/sync-chart.sh on a copy of the repository: --check names a changed CRD and a hand-edited deploy/
+    file and exits 1; without --check it brings both back in line."""
+    import shutil
+    for d in ("crds", "helm/sluice", "deploy", "scripts"):
+        shutil.copytree(os.path.join(SOURCE, d), tmp_path / d)
+    env = dict(os.environ, SLUICE_TOOLS_DIR=os.path.dirname(os.path.dirname(HELM)))
+    script = str(tmp_path / "scripts" / "sync-chart.sh")
+    crd = tmp_path / "crds" / "dataservices.sluice.dev.yaml"
+    crd.write_text(crd.read_text() + "# changed\n")
+    rbac = tmp_path / "deploy" / "operator" / "rbac.yaml"
+    rbac.write_text(rbac.read_text().replace('verbs: ["list", "watch", "patch"]', 'verbs: ["*"]'))
+    r = subprocess.run([script, "--check"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    assert "stale: helm/sluice/crds/dataservices.sluice.dev.yaml deploy/operator/rbac.yaml (run scripts/sync-chart.sh)" \
+        in r.stderr, r.stderr
+    r = subprocess.run([script], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "helm/sluice/crds/dataservices.sluice.dev.yaml").read_text() == crd.read_text()
+    assert '["*"]' not in rbac.read_text()
+    assert subprocess.run([script, "--check"], env=env, capture_output=True, timeout=120).returncode == 0

@@ -87,6 +87,11 @@ def test_image_is_minimal_non_root_and_labelled(image, tmp_path):
     name = "sluice-image-test-%d" % os.getpid()
     podman("create", "--name", name, image["SLUICE_IMAGE"])
     try:
+        # worker-image/containers.conf is in force: runc and the explicit ulimits.
+        container = json.loads(podman("container", "inspect", name).stdout)[0]
+        assert container["OCIRuntime"] == "runc"
+        limits = {u["Name"]: (u["Soft"], u["Hard"]) for u in container["HostConfig"]["Ulimits"]}
+        assert limits["RLIMIT_NOFILE"] == (20000, 20000) and limits["RLIMIT_NPROC"] == (32768, 32768), limits
         export = tmp_path / "fs.tar"
         podman("export", "-o", str(export), name)
     finally:
