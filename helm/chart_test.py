@@ -243,10 +243,11 @@ def test_rbac_usage_evidence_is_in_the_code():
     for controller, entries in rbac_usage().items():
         for e in entries:
             ev = e.get("evidence")
-            if not ev:
-                assert controller == "autoscaler", "%s: %s %s has no evidence" % (controller, e["resource"], e["verbs"])
-                continue
-            text = open(os.path.join(SOURCE, ev["file"])).read()
+            assert ev, "%s: %s %s has no evidence" % (controller, e["resource"], e["verbs"])
+            path = os.path.join(SOURCE, ev["file"])
+            if controller == "autoscaler" and not os.path.exists(path):
+                continue  # its code has not landed in this tree yet
+            text = open(path).read()
             assert ev["text"] in text, "%s no longer contains %r (rbac-usage.yaml, %s %s %s): drop or re-justify the right" % (
                 ev["file"], ev["text"], controller, e["resource"], e["verbs"])
 

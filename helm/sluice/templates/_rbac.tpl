@@ -47,22 +47,27 @@
 {{- end }}
 
 {{- define "sluice.autoscaler.dataServiceRules" -}}
-# DataServices: watched (get, list, watch); spec.workers (replicas, the local/remote split, workersToDelete)
-# written by server-side apply (patch); status.autoscaler written by apply or merge patch of the status
-# subresource (update for a conflict-checked write).
+# DataServices: watched (list, watch, with managedFields: who owns spec.workers.replicas matters); the spec
+# (replicas, the local/remote split, workersToDelete) and status.autoscaler written by server-side apply.
 - apiGroups: ["sluice.dev"]
   resources: ["dataservices"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["list", "watch", "patch"]
 - apiGroups: ["sluice.dev"]
   resources: ["dataservices/status"]
-  verbs: ["update", "patch"]
-# Scaling decisions as events.k8s.io/v1 Events on the DataService (kube/'s recorder patches series.count on
-# a repeat).
-- apiGroups: ["events.k8s.io"]
-  resources: ["events"]
-  verbs: ["create", "patch"]
-# A DataService an HPA drives through /scale is left alone.
+  verbs: ["patch"]
+# The DataServices' worker pods (label sluice.dev/dataservice): which workers run where.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch"]
+# A DataService an HPA or a KEDA ScaledObject drives through /scale is left alone.
 - apiGroups: ["autoscaling"]
   resources: ["horizontalpodautoscalers"]
   verbs: ["list", "watch"]
+- apiGroups: ["keda.sh"]
+  resources: ["scaledobjects"]
+  verbs: ["list", "watch"]
+# Scaling decisions as events.k8s.io/v1 Events on the DataService (a repeat patches series.count).
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
 {{- end }}
