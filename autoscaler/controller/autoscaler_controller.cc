@@ -93,11 +93,13 @@ kube::ResourceRef ScaledObjects() { return kube::ResourceRef{"keda.sh", "v1alpha
 
 json SignificantStatus(const json& status) {
   json s = status;
-  for (const char* volatile_key : {"inputs", "arithmetic", "history", "stallRatio", "demand"}) s.erase(volatile_key);
-  if (s.contains("lastDecision") && s["lastDecision"].is_object()) {
-    s["lastDecision"].erase("time");
-    s["lastDecision"].erase("summary");  // carries measured numbers
-    if (s["lastDecision"].contains("reasons")) s["lastDecision"]["reasons"] = json::array();
+  for (const char* volatile_key : {"inputs", "arithmetic", "history", "stallRatio", "demand", "lastDecision"}) {
+    s.erase(volatile_key);  // measured numbers and times
+  }
+  if (s.contains("decision") && s["decision"].is_object()) {
+    s["decision"].erase("time");
+    s["decision"].erase("learnt");
+    if (s["decision"].contains("reasons")) s["decision"]["reasons"] = json::array();
   }
   if (s.contains("conditions") && s["conditions"].is_array()) {
     for (json& c : s["conditions"]) c.erase("message");
@@ -337,7 +339,7 @@ absl::StatusOr<kube::ReconcileResult> AutoscalerController::ReconcileKey(const s
           c["message"] = message.substr(0, 1024);
         }
       }
-      plan.status["lastDecision"]["acted"] = false;
+      plan.status["decision"]["acted"] = false;
       plan.events.erase(std::remove_if(plan.events.begin(), plan.events.end(),
                                        [](const EventNote& e) { return e.type == "Normal"; }),
                         plan.events.end());

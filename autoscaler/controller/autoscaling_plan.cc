@@ -441,7 +441,6 @@ Plan PlanAutoscaling(const PlanInput& in, const GlobalSettings& global) {
                    {"local", d.local},
                    {"remote", d.remote},
                    {"acted", false},
-                   {"summary", Cut(d.Summary())},
                    {"reasons", reasons}};
   if (!d.workers_to_delete.empty()) decision["workersToDelete"] = d.workers_to_delete;
   if (!d.learnt.empty()) decision["learnt"] = Cut(absl::StrJoin(d.learnt, "; "));
@@ -477,7 +476,8 @@ Plan PlanAutoscaling(const PlanInput& in, const GlobalSettings& global) {
       }
     }
   }
-  status["lastDecision"] = decision;
+  status["decision"] = decision;
+  status["lastDecision"] = Cut(absl::StrCat(op::FormatKubeTime(in.now), " ", d.Summary()));
   PolicyHistory kept = result.history;
   if (!can_act) kept.last_change = history.last_change;  // nothing changed
   status["history"] = HistoryToJson(kept);

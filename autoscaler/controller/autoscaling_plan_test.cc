@@ -65,8 +65,8 @@ TEST_CASE("plan: a stalled DataService is scaled up by server-side apply, explai
   CHECK(body["metadata"]["name"] == "mnist");
   CHECK(plan.status["desiredReplicas"] == 5);
   CHECK(plan.status["stallRatio"] == 0.5);
-  CHECK(plan.status["lastDecision"]["direction"] == "up");
-  CHECK(plan.status["lastDecision"]["acted"] == true);
+  CHECK(plan.status["decision"]["direction"] == "up");
+  CHECK(plan.status["decision"]["acted"] == true);
   CHECK(plan.status["arithmetic"]["capacitySource"] == "saturated");
   CHECK(plan.status["history"]["recommendations"].size() == 1);
   CHECK(plan.status["lastScaleTime"] == op::FormatKubeTime(kNow));
@@ -97,7 +97,7 @@ TEST_CASE("plan: the history in status carries the windows across a restart") {
   idleish.signals.worker_cpu = Measurement::Of(1);
   Plan later = PlanAutoscaling({ds, Pods(10), {}, idleish, kNow + absl::Minutes(2)}, {});
   CHECK_FALSE(later.spec.has_value());
-  CHECK(later.status["lastDecision"]["reasons"][0]["reason"] == "ScaleDownStabilized");
+  CHECK(later.status["decision"]["reasons"][0]["reason"] == "ScaleDownStabilized");
   ds["status"]["autoscaler"] = later.status;
   Plan after = PlanAutoscaling({ds, Pods(10), {}, [&] {
                                   Observation o = idleish;
