@@ -579,16 +579,19 @@ std::vector<FieldError> ValidateDataService(const DataService& ds) {
   if (!(a.headroom >= 0.0 && a.headroom <= 10.0)) {
     errors.push_back({"spec.autoscaling.headroom", absl::StrCat(a.headroom, " is not in [0, 10]")});
   }
-  if (!(a.tolerance >= 0.0 && a.tolerance < 1.0)) {
-    errors.push_back({"spec.autoscaling.tolerance", absl::StrCat(a.tolerance, " is not in [0, 1)")});
+  if (!(a.tolerance >= 0.0 && a.tolerance <= 0.5)) {
+    errors.push_back({"spec.autoscaling.tolerance", absl::StrCat(a.tolerance, " is not in [0, 0.5]")});
   }
   if (!(a.interference_tolerance >= 0.0 && a.interference_tolerance <= 1.0)) {
     errors.push_back({"spec.autoscaling.interferenceTolerance", absl::StrCat(a.interference_tolerance, " is not in [0, 1]")});
   }
-  if (a.fallback_failure_threshold.has_value() && *a.fallback_failure_threshold < 1) {
-    errors.push_back({"spec.autoscaling.fallback.failureThreshold", "must be at least 1"});
+  if (a.fallback_failure_threshold.has_value() &&
+      (*a.fallback_failure_threshold < 1 || *a.fallback_failure_threshold > 1000)) {
+    errors.push_back({"spec.autoscaling.fallback.failureThreshold", "must be in [1, 1000]"});
   }
-  if (a.fallback_replicas.value_or(0) < 0) errors.push_back({"spec.autoscaling.fallback.replicas", "must not be negative"});
+  if (a.fallback_replicas.has_value() && (*a.fallback_replicas < 0 || *a.fallback_replicas > 10000)) {
+    errors.push_back({"spec.autoscaling.fallback.replicas", "must be in [0, 10000]"});
+  }
   if (a.accelerator_hourly.value_or(0) < 0) errors.push_back({"spec.autoscaling.cost.acceleratorHourly", "must not be negative"});
   if (a.remote_cpu_hourly.value_or(0) < 0) errors.push_back({"spec.autoscaling.cost.remoteCpuHourly", "must not be negative"});
   return errors;
