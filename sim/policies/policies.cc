@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -346,6 +347,21 @@ int CapacityAt(const Scenario& s, int t) {
   return slots * hosts;
 }
 
+// Workers the jobs running at `t` need at their compute speed then (no interference, no noise).
+double NeedAt(const Scenario& s, int t) {
+  double demand = 0;
+  for (size_t j = 0; j < s.jobs.size(); ++j) {
+    const JobSpec& job = s.jobs[j];
+    if (t < job.start_s || (job.end_s != 0 && t >= job.end_s)) continue;
+    double scale = 1;
+    for (const ScenarioEvent& e : s.events) {
+      if (e.kind == EventKind::kComputeScale && e.job == static_cast<int>(j) && e.at_s <= t) scale = e.value;
+    }
+    demand += 1.0 / (job.compute_seconds_per_element * scale);
+  }
+  return demand * s.pipeline.cpu_seconds_per_element / s.remote.cores;
+}
+
 struct Evaluation {
   double max_stall = 1;
   double max_interference = 1;
@@ -404,24 +420,41 @@ OracleSchedule FindOracle(const Scenario& scenario, const RunOptions& options, c
       capacity = 0;
       for (int t : PhaseBoundaries(scenario)) capacity = std::max(capacity, CapacityAt(scenario, t));
     }
+    std::map<std::pair<int, int>, Evaluation> cache;
     auto eval = [&](Mix m) {
+      auto it = cache.find({m.local, m.remote});
+      if (it != cache.end()) return it->second;
       OracleSchedule trial = schedule;
       for (size_t q = p; q < trial.mixes.size(); ++q) trial.mixes[q] = m;
-      return Evaluate(scenario, options, base ? &*base : nullptr, trial, t0, t1);
+      Evaluation e = Evaluate(scenario, options, base ? &*base : nullptr, trial, t0, t1);
+      cache[{m.local, m.remote}] = e;
+      return e;
     };
+    // The search starts from a generous guess of the size (clairvoyant: the need at the phase start,
+    // or the most of any phase for a static mix) and falls back to every worker allowed.
+    double need = NeedAt(scenario, t0);
+    if (!per_phase) {
+      for (int t : PhaseBoundaries(scenario)) need = std::max(need, NeedAt(scenario, t));
+    }
+    const int guess = static_cast<int>(std::ceil(1.5 * need)) + 2;
     std::optional<Mix> best;
     double best_cost = std::numeric_limits<double>::infinity();
     Mix least_stall{};
     double least = std::numeric_limits<double>::infinity();
-    for (int local = 0; local <= std::min(capacity, scenario.max_workers); ++local) {
+    for (int local = 0; local <= std::min({capacity, scenario.max_workers, guess}); ++local) {
       const int most = scenario.max_workers - local;
-      Evaluation top = eval({local, most});
+      int hi = std::clamp(guess - local, 0, most);
+      Evaluation top = eval({local, hi});
+      if (!top.Meets(level) && hi < most) {
+        hi = most;
+        top = eval({local, hi});
+      }
       if (top.max_stall < least) {
         least = top.max_stall;
-        least_stall = {local, most};
+        least_stall = {local, hi};
       }
       if (!top.Meets(level)) continue;
-      int lo = 0, hi = most;  // hi is known to work
+      int lo = 0;  // hi is known to work
       while (lo < hi) {
         const int mid = (lo + hi) / 2;
         if (eval({local, mid}).Meets(level)) {
