@@ -112,8 +112,10 @@ Sizing SizeFromSignals(const PolicyConfig& config, const Signals& signals, const
   if (!a.demand || !a.stall_ratio) return out;
 
   const double stall = *a.stall_ratio;
-  // A stalled trainer consumes (1 - stall) of what it would without stalls.
-  a.true_demand = *a.demand / std::max(1.0 - stall, 0.05);
+  // A stalled trainer consumes (1 - stall) of what it would without stalls. (This is the trainers'
+  // step rate over their compute time per element.) The floor bounds one decision to 50x what is
+  // consumed now: a job that starts on one worker and needs up to ~50 is sized in one decision.
+  a.true_demand = *a.demand / std::max(1.0 - stall, 0.02);
   const bool stalled = stall > config.target_stall_ratio;
 
   const std::optional<double> workers =

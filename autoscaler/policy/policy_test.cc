@@ -70,6 +70,15 @@ TEST_CASE("step up: a stalled job gets its size from the model in one decision")
   CHECK(r.history.last_change == kT0);
 }
 
+TEST_CASE("step up from one worker: a job needing 30 is sized in one decision") {
+  // One saturated worker makes 96.7 elements/s of the 2900 the trainers want: stall 0.967.
+  const double supply = 2900.0 / 30;
+  DecisionResult r = Decide(Config(), Replicas(1), At(kT0, {1 - supply / 2900, supply, supply, 1, 1}), {}, kT0);
+  INFO(r.decision.Summary());
+  CHECK(r.decision.arithmetic.true_demand == Approx(2900));
+  CHECK(r.decision.replicas == static_cast<int32_t>(std::ceil(30 * 0.95 * 1.1)));
+}
+
 TEST_CASE("step down: over-provisioned workers are sized from their CPU") {
   // 10 workers at 10% CPU each make the 50 elements/s consumed: one worker can make 50.
   DecisionResult r = Decide(Config(), Replicas(10), At(kT0, {0.0, 50, 50, 10, 1.0}), {}, kT0);
