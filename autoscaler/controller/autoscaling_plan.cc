@@ -244,14 +244,22 @@ json HistoryToJson(const PolicyHistory& h) {
   if (h.last_change != absl::InfinitePast()) out["lastChange"] = op::FormatKubeTime(h.last_change);
   out["failuresInARow"] = h.failures_in_a_row;
   PutNumber(out, "capacityPerWorker", h.capacity_per_worker);
+  if (h.surge_extra > 0) {
+    out["surgeExtra"] = h.surge_extra;
+    out["surgeTotal"] = h.surge_total;
+  }
   const InterferenceState& i = h.interference;
   json inter = json::object();
-  PutNumber(inter, "baselineCompute", i.baseline_compute);
-  if (i.baseline_compute) {
-    inter["baselineProvisional"] = i.baseline_provisional;
-    inter["baselineLocal"] = i.baseline_local;
+  PutNumber(inter, "referenceCompute", i.reference_compute);
+  if (i.reference_compute) inter["referenceLocal"] = i.reference_local;
+  PutNumber(inter, "baselineCompute", i.Baseline());
+  inter["probesConfirmed"] = i.probes_confirmed;
+  if (i.probe_local) {
+    inter["probeLocal"] = *i.probe_local;
+    inter["probeStarted"] = op::FormatKubeTime(i.probe_started);
   }
   PutNumber(inter, "slowdownPerWorker", i.slowdown_per_worker);
+  if (i.slowdown_per_worker) inter["weight"] = i.weight;
   if (i.cap) inter["cap"] = *i.cap;
   if (i.learnt_at != absl::InfinitePast()) inter["learntAt"] = op::FormatKubeTime(i.learnt_at);
   out["interference"] = inter;
@@ -273,12 +281,26 @@ PolicyHistory HistoryFromJson(const json& j) {
     h.failures_in_a_row = std::max(0, j["failuresInARow"].get<int32_t>());
   }
   h.capacity_per_worker = NumberField(j, "capacityPerWorker");
+  if (j.contains("surgeExtra") && j["surgeExtra"].is_number_integer() && j.contains("surgeTotal") &&
+      j["surgeTotal"].is_number_integer()) {
+    h.surge_extra = std::max(0, j["surgeExtra"].get<int32_t>());
+    h.surge_total = std::max(0, j["surgeTotal"].get<int32_t>());
+  }
   if (j.contains("interference") && j["interference"].is_object()) {
     const json& i = j["interference"];
-    h.interference.baseline_compute = NumberField(i, "baselineCompute");
-    h.interference.baseline_provisional = i.value("baselineProvisional", false);
-    h.interference.baseline_local = i.value("baselineLocal", 0);
+    h.interference.reference_compute = NumberField(i, "referenceCompute");
+    if (i.contains("referenceLocal") && i["referenceLocal"].is_number_integer()) {
+      h.interference.reference_local = std::max(0, i["referenceLocal"].get<int32_t>());
+    }
+    if (i.contains("probeLocal") && i["probeLocal"].is_number_integer()) {
+      h.interference.probe_local = std::max(0, i["probeLocal"].get<int32_t>());
+      if (auto t = TimeField(i, "probeStarted")) h.interference.probe_started = *t;
+    }
+    if (i.contains("probesConfirmed") && i["probesConfirmed"].is_number_integer()) {
+      h.interference.probes_confirmed = std::max(0, i["probesConfirmed"].get<int32_t>());
+    }
     h.interference.slowdown_per_worker = NumberField(i, "slowdownPerWorker");
+    h.interference.weight = std::max(0.0, NumberField(i, "weight").value_or(0));
     if (i.contains("cap") && i["cap"].is_number_integer()) h.interference.cap = i["cap"].get<int32_t>();
     if (auto t = TimeField(i, "learntAt")) h.interference.learnt_at = *t;
   }

@@ -10,6 +10,7 @@ using json = nlohmann::json;
 const absl::Time kNow = absl::FromUnixSeconds(1'800'000'000);
 
 json DataService(json autoscaling, json workers = json::object(), json placement = json::object()) {
+  if (!autoscaling.contains("headroom")) autoscaling["headroom"] = 0.1;  // the numbers below assume 10%
   json w = {{"image", "sluice-worker:dev"}, {"replicas", 2}, {"minReplicas", 1}, {"maxReplicas", 20}};
   w.update(workers);
   json ds = {{"apiVersion", "sluice.dev/v1alpha1"},
@@ -217,7 +218,14 @@ TEST_CASE("history: JSON round trip, malformed is empty") {
   h.last_change = kNow - absl::Seconds(30);
   h.failures_in_a_row = 2;
   h.capacity_per_worker = 50;
-  h.interference.baseline_compute = 0.1;
+  h.surge_extra = 2;
+  h.surge_total = 8;
+  h.interference.reference_compute = 0.1;
+  h.interference.reference_local = 2;
+  h.interference.probes_confirmed = 1;
+  h.interference.probe_local = 3;
+  h.interference.probe_started = kNow - absl::Seconds(45);
+  h.interference.weight = 4;
   h.interference.slowdown_per_worker = 0.05;
   h.interference.cap = 2;
   h.interference.learnt_at = kNow;

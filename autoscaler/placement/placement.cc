@@ -47,56 +47,87 @@ std::optional<int32_t> CapFor(double k, int32_t reference, double tolerance) {
 
 }  // namespace
 
+std::optional<double> InterferenceState::Baseline() const {
+  if (!reference_compute) return std::nullopt;
+  return *reference_compute / (1.0 + slowdown_per_worker.value_or(0) * reference_local);
+}
+
 InterferenceUpdate ObserveInterference(const InterferenceState& state, const InterferenceObservation& obs,
                                        const PlacementConfig& config) {
   InterferenceUpdate out{state, "", false, 0};
-  if (!obs.settled || !obs.compute_per_element.has_value() || *obs.compute_per_element <= 0) return out;
-  const double c = *obs.compute_per_element;
   InterferenceState& s = out.state;
-
-  if (obs.local_workers == 0) {
-    if (!s.baseline_compute.has_value() || s.baseline_provisional) {
-      s.baseline_compute = c;
-    } else {
-      s.baseline_compute = 0.5 * *s.baseline_compute + 0.5 * c;  // smooth measurement noise
+  auto judge = [&] {
+    out.slowdown = s.slowdown_per_worker.value_or(0) * obs.local_workers;
+    out.interfering = out.slowdown > config.interference_tolerance;
+  };
+  if (!obs.settled || !obs.compute_per_element.has_value() || *obs.compute_per_element <= 0) {
+    judge();
+    return out;
+  }
+  const double c = *obs.compute_per_element;
+  if (!s.reference_compute || obs.local_workers == s.reference_local) {
+    // The first observation, or the same local count: the trainers' own compute time, not
+    // interference — unless local workers run and the change is beyond noise: then it may be either,
+    // and a probe now (one local worker more or fewer) tells which.
+    const bool first = !s.reference_compute;
+    const double drift = first ? 0 : c / *s.reference_compute - 1.0;
+    if (!first && obs.local_workers > 0 && s.slowdown_per_worker && std::abs(drift) > config.interference_noise) {
+      s.reference_compute = c;
+      s.learnt_at = absl::InfinitePast();  // a probe is due at once
+      s.probes_confirmed = 0;
+      out.learnt = absl::StrCat("the trainers' compute per element moved ", Pct(drift), " (", Ms(c), ") with ",
+                                obs.local_workers, " local workers: probing to tell interference from a new phase");
+      judge();
+      return out;
     }
-    s.baseline_provisional = false;
-    s.baseline_local = 0;
-    out.learnt = absl::StrCat("baseline compute ", Ms(*s.baseline_compute), " per element without local workers");
+    s.reference_compute = first ? c : 0.5 * *s.reference_compute + 0.5 * c;
+    s.reference_local = obs.local_workers;
+    if (first) {
+      out.learnt = absl::StrCat("reference compute ", Ms(c), " per element with ", obs.local_workers, " local workers");
+    }
+    judge();
     return out;
   }
 
-  // A provisional baseline (never seen without local workers) is the best compute seen with the
-  // fewest local workers; a better one replaces it.
-  if (!s.baseline_compute.has_value() ||
-      (s.baseline_provisional && (obs.local_workers < s.baseline_local ||
-                                  (obs.local_workers == s.baseline_local && c < *s.baseline_compute)))) {
-    s.baseline_compute = c;
-    s.baseline_provisional = true;
-    s.baseline_local = obs.local_workers;
-    out.learnt = absl::StrCat("provisional baseline compute ", Ms(c), " per element with ", obs.local_workers,
-                              " local workers (never observed without)");
+  // The local count changed since the reference: measure k across the change.
+  const int32_t l1 = s.reference_local;
+  const int32_t dl = obs.local_workers - l1;
+  const double r = c / *s.reference_compute - 1.0;
+  const double denominator = dl - r * l1;
+  if (std::abs(denominator) < 1e-9) {
+    judge();
     return out;
   }
-
-  const int32_t reference = s.baseline_provisional ? s.baseline_local : 0;
-  const int32_t extra = obs.local_workers - reference;
-  out.slowdown = c / *s.baseline_compute - 1.0;
-  out.interfering = out.slowdown > config.interference_tolerance;
-  if (extra <= 0) return out;
-  // Within a learnt cap and within tolerance, the observation confirms what is known; only an
-  // observation above the cap (a probe) or one that interferes teaches something new.
-  if (s.cap.has_value() && obs.local_workers <= *s.cap && !out.interfering) return out;
-
-  const double k = std::max(0.0, out.slowdown) / extra;
+  const double k_obs = std::clamp(r / denominator, 0.0, 10.0);
+  bool agrees = false;
+  double k = k_obs;
+  if (s.slowdown_per_worker) {
+    const double k_old = *s.slowdown_per_worker;
+    const double predicted = (1.0 + k_old * obs.local_workers) / (1.0 + k_old * l1) - 1.0;
+    agrees = std::abs(r - predicted) <= config.interference_noise;
+    if (agrees) {
+      // The same interference, measured again: refine, weighting each measurement by the workers it moved.
+      k = (k_old * s.weight + k_obs * std::abs(dl)) / (s.weight + std::abs(dl));
+      s.weight = std::min(10.0, s.weight + std::abs(dl));
+    } else {
+      s.weight = std::abs(dl);  // the interference changed: start over from this measurement
+    }
+  } else {
+    s.weight = std::abs(dl);
+  }
   s.slowdown_per_worker = k;
-  s.cap = CapFor(k, reference, config.interference_tolerance);
+  s.cap = CapFor(k, 0, config.interference_tolerance);
   s.learnt_at = obs.at;
-  out.learnt = absl::StrCat("compute ", Ms(c), " per element with ", obs.local_workers, " local workers is ",
-                            Pct(out.slowdown), " above the baseline ", Ms(*s.baseline_compute), ": ",
-                            absl::StrFormat("%.2f%%", k * 100.0), " per local worker, so at most ",
+  if (s.probe_local && obs.local_workers == *s.probe_local) s.probe_local.reset();  // the probe is learnt
+  s.probes_confirmed = agrees ? s.probes_confirmed + 1 : 0;
+  out.learnt = absl::StrCat("compute ", Ms(*s.reference_compute), " per element with ", l1, " local workers, ",
+                            Ms(c), " with ", obs.local_workers, ": ", absl::StrFormat("%.2f%%", k * 100.0),
+                            " slowdown per local worker, so at most ",
                             s.cap.has_value() ? absl::StrCat(*s.cap) : std::string("any number of"),
                             " local workers stay within ", Pct(config.interference_tolerance));
+  s.reference_compute = c;
+  s.reference_local = obs.local_workers;
+  judge();
   return out;
 }
 
@@ -129,10 +160,21 @@ Split SplitWorkers(const SplitInput& in, const InterferenceState& state, const P
   out.reason = SplitReason::kLocalFirst;
   out.why = absl::StrCat("local capacity first (", capacity, " slots on the accelerator hosts)");
 
+  if (state.probe_local) {
+    // A probe in progress holds its count until an observation at it has been learnt.
+    out.local = std::clamp(*state.probe_local, 0, std::min(replicas, capacity));
+    out.remote = replicas - out.local;
+    out.probing = true;
+    out.reason = SplitReason::kProbing;
+    out.why = absl::StrCat("probe with ", out.local, " local workers in progress since ",
+                           absl::FormatDuration(in.now - state.probe_started), " ago");
+    return out;
+  }
+  const absl::Duration reprobe = config.reprobe_after * (1 << std::min<int32_t>(state.probes_confirmed, 6));
+  const bool due = state.slowdown_per_worker.has_value() && in.now - state.learnt_at >= reprobe;
   if (state.cap.has_value() && *state.cap < allowed) {
     int32_t cap = *state.cap;
-    const bool stale = in.now - state.learnt_at >= config.reprobe_after;
-    if (stale && cap < replicas) {
+    if (due && cap < replicas) {
       ++cap;
       out.probing = true;
       out.reason = SplitReason::kProbing;
@@ -146,6 +188,13 @@ Split SplitWorkers(const SplitInput& in, const InterferenceState& state, const P
                              " per local worker)");
     }
     allowed = std::min(allowed, cap);
+  } else if (due && in.current_local > 0 && std::min(replicas, allowed) == in.current_local) {
+    // The cap does not bind: one local worker fewer shows whether the interference grew.
+    allowed = in.current_local - 1;
+    out.probing = true;
+    out.reason = SplitReason::kProbing;
+    out.why = absl::StrCat("interference learnt ", absl::FormatDuration(in.now - state.learnt_at),
+                           " ago: probing with one local worker fewer (", allowed, ")");
   }
 
   // A local worker is free CPU, but its interference slows the trainers: when that accelerator
@@ -174,6 +223,12 @@ Split SplitWorkers(const SplitInput& in, const InterferenceState& state, const P
                            out.remote, " remote");
   }
   return out;
+}
+
+InterferenceState StartProbe(InterferenceState state, int32_t local, absl::Time now) {
+  state.probe_local = local;
+  state.probe_started = now;
+  return state;
 }
 
 std::vector<std::string> ChooseRemovals(const std::vector<WorkerCandidate>& workers, int32_t remove_local,

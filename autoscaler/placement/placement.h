@@ -34,20 +34,38 @@ struct CostModel {
 struct PlacementConfig {
   Placement policy = Placement::kRemoteOnly;
   double interference_tolerance = 0.10;  // most slowdown of the trainers' compute per element local workers may cause
+  double interference_noise = 0.02;  // compute ratios within this of the model's prediction agree with it
   absl::Duration reprobe_after = absl::Minutes(10);  // try one more local worker than the learnt cap after this long
+                                                     // (doubled for each probe in a row that confirmed the cap)
   CostModel cost;
   double worker_cpus = 0;  // CPU cores of one worker (0: unknown)
 };
 
 // What has been learnt about local workers' interference; carried from decision to decision.
+//
+// Interference is measured differentially, across a change of the local worker count: with
+// compute C1 at L1 local workers (the reference) and C2 at L2, the linear model
+// C = C0 (1 + k L) gives k = r / (L2 - L1 - r L1) with r = C2 / C1 - 1. A change of compute while
+// the local count stays the same is the trainers' own (a new phase, another model), not
+// interference: it moves the reference, not k. A measurement that agrees with the model (the
+// compute ratio within `interference_noise` of what k predicts) refines k, weighted by how many
+// workers the change moved; one that disagrees replaces it (the interference changed). A slowdown
+// that grows at a constant count is found by the periodic probe — one local worker more than a
+// binding cap, or one fewer when the cap does not bind — which backs off (doubling) while probes
+// keep agreeing with the model.
 struct InterferenceState {
-  std::optional<double> baseline_compute;  // trainer seconds per element with no local worker
-  bool baseline_provisional = false;       // true: the best value seen with local workers, not a clean baseline
-  int32_t baseline_local = 0;              // local workers when the provisional baseline was seen
-  std::optional<double> slowdown_per_worker;  // relative slowdown of compute per local worker
-  std::optional<int32_t> cap;              // most local workers within tolerance (and cheaper than remote)
-  absl::Time learnt_at = absl::InfinitePast();
+  std::optional<double> reference_compute;    // the last settled compute per element
+  int32_t reference_local = 0;                // with this many local workers
+  std::optional<double> slowdown_per_worker;  // k
+  double weight = 0;                          // local workers moved by the changes k was learnt from (capped)
+  std::optional<int32_t> cap;                 // most local workers within tolerance (none: no limit)
+  absl::Time learnt_at = absl::InfinitePast();  // when k was last measured across a change
+  int32_t probes_confirmed = 0;               // probes in a row that confirmed the cap
+  std::optional<int32_t> probe_local;         // a probe in progress: hold this many local workers until it is learnt
+  absl::Time probe_started = absl::InfinitePast();
 
+  // Compute per element without local workers, by the model (when known).
+  std::optional<double> Baseline() const;
   bool operator==(const InterferenceState&) const = default;
 };
 
@@ -60,12 +78,13 @@ struct InterferenceObservation {
 };
 
 // Updates the interference model with one observation. Returns the new state and one sentence
-// saying what was learnt (empty when nothing).
+// saying what was learnt (empty when nothing). An observation with the probe's local count ends the
+// probe.
 struct InterferenceUpdate {
   InterferenceState state;
   std::string learnt;
-  bool interfering = false;  // the observation itself exceeds the tolerance
-  double slowdown = 0;       // compute / baseline - 1 of the observation (0 when unknown)
+  bool interfering = false;  // by the model, the local workers slow the trainers beyond the tolerance
+  double slowdown = 0;       // k x local workers (0 when unknown)
 };
 InterferenceUpdate ObserveInterference(const InterferenceState& state, const InterferenceObservation& obs,
                                        const PlacementConfig& config);
@@ -99,7 +118,12 @@ struct Split {
 };
 
 // The local/remote split of `in.replicas` workers under `config` and what `state` has learnt.
+// When it starts a probe (`probing`), record it with StartProbe once the split is carried out.
 Split SplitWorkers(const SplitInput& in, const InterferenceState& state, const PlacementConfig& config);
+
+// The state after a probe to `local` workers was carried out at `now`: the split holds that count
+// until an observation at it has been learnt.
+InterferenceState StartProbe(InterferenceState state, int32_t local, absl::Time now);
 
 // A worker that may be removed.
 struct WorkerCandidate {

@@ -49,11 +49,11 @@ TEST_CASE("split by policy: RemoteOnly, LocalOnly, Hybrid local capacity first")
   }
 }
 
-TEST_CASE("interference: baseline without local workers, slowdown per local worker, cap within tolerance") {
+TEST_CASE("interference: measured across a change of the local count, cap within tolerance") {
   PlacementConfig c = Hybrid();
   InterferenceState s = Learn({}, 0, 0.100);
-  REQUIRE(s.baseline_compute == Approx(0.100));
-  CHECK_FALSE(s.baseline_provisional);
+  REQUIRE(s.reference_compute == Approx(0.100));
+  CHECK(s.reference_local == 0);
   CHECK_FALSE(s.cap.has_value());
 
   // 4 local workers: compute 0.120 (20% slower, 5% per worker): at most 2 keep within 10%.
@@ -64,6 +64,7 @@ TEST_CASE("interference: baseline without local workers, slowdown per local work
   CHECK(*u.state.slowdown_per_worker == Approx(0.05));
   REQUIRE(u.state.cap.has_value());
   CHECK(*u.state.cap == 2);
+  CHECK(u.state.Baseline() == Approx(0.100));
   CHECK_FALSE(u.learnt.empty());
 
   // The split then keeps 2 local, the rest remote, even with capacity for 8.
@@ -72,19 +73,42 @@ TEST_CASE("interference: baseline without local workers, slowdown per local work
   CHECK(split.remote == 4);
   CHECK(split.reason == SplitReason::kInterference);
 
-  // No measurable slowdown: no cap.
+  // No measurable slowdown: no practical cap.
   InterferenceState quiet = Learn(s, 3, 0.1001);
   CHECK(quiet.cap.value_or(1000) >= 8);
   CHECK(SplitWorkers({6, 3, 8, 1, kT0}, quiet, c).local == 6);
 }
 
-TEST_CASE("interference: within the cap and tolerance an observation confirms, above it re-learns") {
-  InterferenceState s = Learn(Learn({}, 0, 0.100), 4, 0.120, kT0);  // cap 2
-  InterferenceState confirmed = Learn(s, 2, 0.108, kT0 + absl::Minutes(3));
-  CHECK(confirmed == s);
-  InterferenceState worse = Learn(s, 2, 0.130, kT0 + absl::Minutes(3));  // 30% with 2
-  CHECK(worse.cap == 0);  // 15% per worker: none fits
-  CHECK(worse.learnt_at == kT0 + absl::Minutes(3));
+TEST_CASE("interference: a change of compute at a constant local count is the trainers' own") {
+  PlacementConfig c = Hybrid();
+  InterferenceState s = Learn(Learn(Learn({}, 0, 0.100), 4, 0.120), 2, 0.110);  // k 0.05, cap 2, at 2 local
+  REQUIRE(s.cap == 2);
+  // The trainers' phase doubles their compute time with the same 2 local workers: not interference.
+  InterferenceUpdate phase = ObserveInterference(s, {kT0 + absl::Minutes(3), 2, 0.220, true}, c);
+  CHECK(phase.state.cap == s.cap);
+  CHECK(phase.state.slowdown_per_worker == s.slowdown_per_worker);
+  CHECK_FALSE(phase.interfering);
+  CHECK(phase.state.reference_local == 2);
+  CHECK(*phase.state.reference_compute > 0.110);
+  // A jump beyond noise cannot be told from interference at the same count: a probe is due at once.
+  CHECK(phase.state.learnt_at == absl::InfinitePast());
+  Split probe = SplitWorkers({6, 2, 8, 1, kT0 + absl::Minutes(3)}, phase.state, c);
+  CHECK(probe.probing);
+  CHECK(probe.local == 3);
+  // Drift within noise: nothing to probe.
+  InterferenceUpdate small = ObserveInterference(s, {kT0 + absl::Minutes(3), 2, 0.111, true}, c);
+  CHECK(small.state.learnt_at == s.learnt_at);
+}
+
+TEST_CASE("interference: from a reference with local workers, k relative to none") {
+  InterferenceState s = Learn({}, 2, 0.100);
+  CHECK(s.reference_local == 2);
+  // 2 -> 6 local workers: 40% slower. With C = C0 (1 + kL): 1.4 = (1 + 6k) / (1 + 2k), k = 0.125.
+  InterferenceState t = Learn(s, 6, 0.140);
+  REQUIRE(t.slowdown_per_worker.has_value());
+  CHECK(*t.slowdown_per_worker == Approx(0.125));
+  CHECK(t.cap == 0);
+  CHECK(t.Baseline() == Approx(0.140 / (1 + 0.125 * 6)));
 }
 
 TEST_CASE("interference: unsettled or unknown observations teach nothing") {
@@ -97,35 +121,51 @@ TEST_CASE("interference: unsettled or unknown observations teach nothing") {
   CHECK(unknown.state == s);
 }
 
-TEST_CASE("interference: a provisional baseline when never observed without local workers") {
-  InterferenceState s = Learn({}, 2, 0.100);
-  CHECK(s.baseline_provisional);
-  CHECK(s.baseline_local == 2);
-  // 6 local workers: 0.140 is 40% above the provisional baseline, 10% per extra worker: one extra fits.
-  InterferenceState t = Learn(s, 6, 0.140);
-  REQUIRE(t.cap.has_value());
-  CHECK(*t.cap == 3);
-  // A clean observation without local workers replaces the provisional baseline.
-  InterferenceState clean = Learn(t, 0, 0.090);
-  CHECK_FALSE(clean.baseline_provisional);
-  CHECK(clean.baseline_compute == Approx(0.090));
-}
-
-TEST_CASE("interference shift both ways: capacity appearing, probing after reprobe_after") {
+TEST_CASE("probing: one more local worker after reprobe_after, backing off while probes confirm the cap") {
   PlacementConfig c = Hybrid();
   c.reprobe_after = absl::Minutes(10);
-  InterferenceState s = Learn(Learn({}, 0, 0.100), 4, 0.120, kT0);  // cap 2
-  // Before reprobe_after: 2 local.
+  InterferenceState s = Learn(Learn({}, 0, 0.100), 4, 0.120, kT0);  // cap 2, learnt at kT0
+  CHECK(s.probes_confirmed == 0);
   CHECK(SplitWorkers({6, 2, 8, 1, kT0 + absl::Minutes(5)}, s, c).local == 2);
-  // After it: one more, to learn whether the trainers changed.
   Split probe = SplitWorkers({6, 2, 8, 1, kT0 + absl::Minutes(11)}, s, c);
   CHECK(probe.local == 3);
   CHECK(probe.probing);
   CHECK(probe.reason == SplitReason::kProbing);
-  // The trainers no longer suffer at 3: the cap goes, local capacity is used again.
-  InterferenceState relearnt = Learn(s, 3, 0.101, kT0 + absl::Minutes(12));
-  CHECK(relearnt.cap.value_or(100) >= 8);
-  CHECK(SplitWorkers({6, 3, 8, 1, kT0 + absl::Minutes(12)}, relearnt, c).local == 6);
+
+  SECTION("the probe agrees with the model: the next probe waits twice as long") {
+    InterferenceState confirmed = Learn(s, 3, 0.115, kT0 + absl::Minutes(12));
+    CHECK(confirmed.cap == 2);
+    CHECK(confirmed.probes_confirmed == 1);
+    CHECK(SplitWorkers({6, 3, 8, 1, kT0 + absl::Minutes(25)}, confirmed, c).local == 2);
+    CHECK(SplitWorkers({6, 2, 8, 1, kT0 + absl::Minutes(33)}, confirmed, c).local == 3);
+  }
+  SECTION("the trainers no longer suffer: the cap goes, local capacity is used again") {
+    InterferenceState lifted = Learn(s, 3, 0.1199, kT0 + absl::Minutes(12));  // as slow as with 4
+    CHECK(lifted.cap.value_or(100) >= 8);
+    CHECK(lifted.probes_confirmed == 0);
+    CHECK(SplitWorkers({6, 3, 8, 1, kT0 + absl::Minutes(12)}, lifted, c).local == 6);
+  }
+  SECTION("the cap does not bind: the probe is one local worker fewer") {
+    InterferenceState quiet = Learn(Learn({}, 0, 0.100), 4, 0.102, kT0);  // 0.5% per worker: cap 20
+    CHECK(SplitWorkers({6, 6, 8, 1, kT0 + absl::Minutes(5)}, quiet, c).local == 6);
+    Split down = SplitWorkers({6, 6, 8, 1, kT0 + absl::Minutes(11)}, quiet, c);
+    CHECK(down.local == 5);
+    CHECK(down.probing);
+  }
+}
+
+TEST_CASE("interference: a measurement that agrees refines k, one that disagrees replaces it") {
+  InterferenceState s = Learn(Learn({}, 0, 0.100), 10, 0.120);  // k 2% from 10 workers
+  REQUIRE(s.slowdown_per_worker == Approx(0.02));
+  // 10 -> 9 shows a bit less than predicted (noise): k barely moves, the cap stays.
+  InterferenceState noisy = Learn(s, 9, 0.1195);
+  CHECK(*noisy.slowdown_per_worker == Approx(0.02).epsilon(0.2));
+  CHECK(noisy.cap == s.cap);
+  CHECK(noisy.probes_confirmed == 1);
+  // 10 -> 9 shows 5% less: the interference changed.
+  InterferenceState changed = Learn(s, 9, 0.114);
+  CHECK(*changed.slowdown_per_worker > 0.04);
+  CHECK(changed.probes_confirmed == 0);
 }
 
 TEST_CASE("cost: remote when a local worker's interference costs more accelerator time than remote CPU") {
@@ -135,6 +175,7 @@ TEST_CASE("cost: remote when a local worker's interference costs more accelerato
   c.cost.accelerator_hourly = 32.77;   // an 8-GPU node
   c.interference_tolerance = 0.5;      // the tolerance alone would allow local workers
   InterferenceState s = Learn(Learn({}, 0, 0.100), 2, 0.102);  // 1% per worker: $0.33/h per worker > $0.20
+  REQUIRE(s.slowdown_per_worker == Approx(0.01));
   Split split = SplitWorkers({4, 2, 8, 1, kT0}, s, c);
   CHECK(split.local == 0);
   CHECK(split.reason == SplitReason::kLocalCostsMore);

@@ -163,6 +163,17 @@ Sizing SizeFromSignals(const PolicyConfig& config, const Signals& signals, const
   return out;
 }
 
+std::optional<absl::Duration> ObservedStartLatency(std::vector<std::pair<absl::Time, absl::Time>> created_ready) {
+  std::erase_if(created_ready, [](const auto& p) { return p.second < p.first; });
+  if (created_ready.empty()) return std::nullopt;
+  std::sort(created_ready.begin(), created_ready.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  if (created_ready.size() > 10) created_ready.resize(10);
+  std::vector<absl::Duration> latencies;
+  for (const auto& [created, ready] : created_ready) latencies.push_back(ready - created);
+  std::sort(latencies.begin(), latencies.end());
+  return latencies[latencies.size() / 2];
+}
+
 Stabilized Stabilize(const std::vector<Recommendation>& recommendations, int32_t current, int32_t recommended,
                      const PolicyConfig& config, absl::Time now) {
   int32_t up_min = recommended;
@@ -212,6 +223,10 @@ DecisionResult Decide(const PolicyConfig& config, const Target& target, const Si
   h = history;
   auto note = [&d](Reason r, std::string message) { d.reasons.push_back({r, std::move(message)}); };
   const int32_t current = std::max<int32_t>(0, target.replicas);
+  // Workers added ahead of a removal (make before break, see below) are not part of the size the
+  // policy decided; unless someone else changed the count since.
+  const int32_t surge = h.surge_extra > 0 && h.surge_total == current ? std::min(h.surge_extra, current) : 0;
+  const int32_t committed = current - surge;
 
   // Stale data is no data.
   const bool stale = input_signals.at == absl::InfinitePast() || now - input_signals.at > config.max_signal_age;
@@ -220,16 +235,42 @@ DecisionResult Decide(const PolicyConfig& config, const Target& target, const Si
                                             ? std::string("no observation yet")
                                             : absl::StrCat("stale: the window ended ", Ago(now, input_signals.at)))
             : input_signals;
-  const bool settled = signals.at - signals.window >= h.last_change + config.settle_time;
+  // After a change, pods must start and the window must refill before the data describes the new
+  // size: the configured settle time, or the observed pod start latency when longer.
+  const absl::Duration settle = std::max(config.settle_time, target.pod_start_latency.value_or(absl::ZeroDuration()));
+  const bool settled = signals.at - signals.window >= h.last_change + settle;
 
   Sizing sizing = SizeFromSignals(config, signals, h, settled);
+  // The recent window sees a demand step at once; it may only raise the size, and only while the
+  // trainers stall now.
+  if (signals.recent_stall_ratio.known() && *signals.recent_stall_ratio > config.target_stall_ratio &&
+      signals.recent_demand.known() && signals.recent_supply.known()) {
+    Signals recent = signals;
+    recent.stall_ratio = signals.recent_stall_ratio;
+    recent.demand = signals.recent_demand;
+    recent.supply = signals.recent_supply;
+    recent.worker_cpu = signals.recent_worker_cpu;
+    Sizing fast = SizeFromSignals(config, recent, h, settled);
+    if (fast.replicas && fast.arithmetic.needed_exact) {
+      const std::optional<double> long_needed = sizing.arithmetic.needed_exact;
+      if (!sizing.replicas || *fast.replicas > *sizing.replicas) {
+        fast.arithmetic.recent_needed_exact = fast.arithmetic.needed_exact;
+        fast.arithmetic.sized_from = "recent window";
+        if (long_needed) fast.arithmetic.needed_exact = std::max(*long_needed, *fast.arithmetic.needed_exact);
+        sizing = fast;
+      } else {
+        sizing.arithmetic.recent_needed_exact = fast.arithmetic.needed_exact;
+      }
+    }
+  }
+  if (sizing.replicas && sizing.arithmetic.sized_from.empty()) sizing.arithmetic.sized_from = "window";
   d.arithmetic = sizing.arithmetic;
   d.missing = sizing.missing;
   Arithmetic& a = d.arithmetic;
   if (a.capacity_source == "saturated") h.capacity_per_worker = a.capacity_per_worker;
 
   // The model's recommendation, or what to do without one.
-  int32_t raw = current;
+  int32_t raw = committed;
   if (sizing.replicas) {
     raw = *sizing.replicas;
     h.failures_in_a_row = 0;
@@ -242,14 +283,14 @@ DecisionResult Decide(const PolicyConfig& config, const Target& target, const Si
     if (!stale && a.stall_ratio && *a.stall_ratio > config.target_stall_ratio) {
       const int32_t step = config.scale_up.max_step > 0
                                ? config.scale_up.max_step
-                               : std::max<int32_t>(1, static_cast<int32_t>(std::ceil(current * 0.5)));
-      raw = current + step;
+                               : std::max<int32_t>(1, static_cast<int32_t>(std::ceil(committed * 0.5)));
+      raw = committed + step;
       note(Reason::kScaleUpWithoutModel,
            absl::StrCat("stall ", Num(*a.stall_ratio), " above the target ", Num(config.target_stall_ratio),
                         " but cannot size (", absl::StrJoin(d.missing, "; "), "): one step of ", step, " up"));
     } else {
       d.holding = true;
-      note(held, absl::StrCat("cannot size (", absl::StrJoin(d.missing, "; "), "): holding ", current,
+      note(held, absl::StrCat("cannot size (", absl::StrJoin(d.missing, "; "), "): holding ", committed,
                               " workers, never scaling down on data it does not have"));
     }
     if (config.fallback.failure_threshold > 0 && h.failures_in_a_row >= config.fallback.failure_threshold &&
@@ -264,42 +305,42 @@ DecisionResult Decide(const PolicyConfig& config, const Target& target, const Si
     note(Reason::kStallNotFromWorkers,
          absl::StrCat("stall ", Num(*a.stall_ratio), " while ", Num(*signals.buffered),
                       " elements wait in the workers' buffers: the workers keep up, more would not help"));
-    raw = std::min(raw, current);
+    raw = std::min(raw, committed);
   }
 
   // Scale down only on fresh, complete, settled evidence of a stall on target.
-  if (raw < current) {
+  if (raw < committed) {
     std::vector<std::string> unknown = d.missing;
     Need("churn", signals.churn, unknown);
     if (!sizing.idle) Need("stall ratio", signals.stall_ratio, unknown);
     if (!unknown.empty()) {
       d.holding = true;
       note(stale ? Reason::kHeldOnStaleData : Reason::kHeldOnMissingData,
-           absl::StrCat("would scale down to ", raw, " but ", absl::StrJoin(unknown, "; "), ": holding ", current));
-      raw = current;
+           absl::StrCat("would scale down to ", raw, " but ", absl::StrJoin(unknown, "; "), ": holding ", committed));
+      raw = committed;
     } else if (*signals.churn > 0) {
       d.holding = true;
       note(Reason::kHeldOnChurn, absl::StrCat(Num(*signals.churn),
                                               " workers lost to missed heartbeats in the window: no scale-down"));
-      raw = current;
+      raw = committed;
     } else if (!settled) {
       note(Reason::kHeldUntilSettled,
            absl::StrCat("would scale down to ", raw, " but the window began before the last change (",
                         Ago(now, h.last_change), ") had settled"));
-      raw = current;
+      raw = committed;
     } else if (a.stall_ratio && *a.stall_ratio > config.target_stall_ratio) {
       note(Reason::kNoChange, "no scale-down while the trainers stall above the target");
-      raw = current;
+      raw = committed;
     }
   }
 
   // Tolerance: a small relative change is not worth a pod.
-  if (raw != current && current > 0 && a.needed_exact && !sizing.idle &&
+  if (raw != committed && committed > 0 && a.needed_exact && !sizing.idle &&
       (!a.stall_ratio || *a.stall_ratio <= config.target_stall_ratio) &&
-      std::abs(*a.needed_exact / current - 1.0) <= config.tolerance) {
+      std::abs(*a.needed_exact / committed - 1.0) <= config.tolerance) {
     note(Reason::kWithinTolerance, absl::StrCat("needs ", Num(*a.needed_exact), " workers, within ",
-                                                Num(config.tolerance * 100), "% of ", current));
-    raw = current;
+                                                Num(config.tolerance * 100), "% of ", committed));
+    raw = committed;
   }
   a.raw = raw;
 
@@ -309,7 +350,7 @@ DecisionResult Decide(const PolicyConfig& config, const Target& target, const Si
   for (const Recommendation& r : h.recommendations) {
     if (r.at > now - keep && r.at <= now) kept.push_back(r);
   }
-  Stabilized stabilized = Stabilize(kept, current, raw, config, now);
+  Stabilized stabilized = Stabilize(kept, committed, raw, config, now);
   kept.push_back({now, raw});
   h.recommendations = std::move(kept);
   a.stabilized = stabilized.replicas;
@@ -323,7 +364,7 @@ DecisionResult Decide(const PolicyConfig& config, const Target& target, const Si
                       absl::FormatDuration(config.scale_down.stabilization_window), ") is ", stabilized.replicas));
   }
 
-  Limited limited = LimitRate(current, stabilized.replicas, config);
+  Limited limited = LimitRate(committed, stabilized.replicas, config);
   a.limited = limited.replicas;
   for (Reason r : limited.reasons) {
     switch (r) {
@@ -355,15 +396,43 @@ DecisionResult Decide(const PolicyConfig& config, const Target& target, const Si
        settled},
       config.placement);
   h.interference = learnt.state;
-  if (!learnt.learnt.empty()) d.learnt.push_back(learnt.learnt);
-  if (signals.compute_per_element.known() && settled && h.interference.baseline_compute) {
-    a.interference_slowdown = learnt.slowdown;
+  if (h.interference.probe_local && now - h.interference.probe_started >= config.placement.reprobe_after) {
+    h.interference.probe_local.reset();  // never learnt (no data at that count): give up the probe
   }
+  if (!learnt.learnt.empty()) d.learnt.push_back(learnt.learnt);
+  if (h.interference.slowdown_per_worker) a.interference_slowdown = learnt.slowdown;
   d.split = SplitWorkers({d.replicas, std::clamp(target.local, 0, current), target.local_capacity,
                           target.consumer_nodes, now},
                          h.interference, config.placement);
   d.local = d.split.local;
   d.remote = d.split.remote;
+
+  // Make before break: a pool shrinks only once the other one has as many ready workers as it is
+  // to have, so a shift between local and remote never leaves the trainers short while pods start.
+  {
+    const int32_t now_local = std::clamp(target.local, 0, current);
+    const int32_t now_remote = current - now_local;
+    int32_t ready_local = 0, ready_remote = 0;
+    for (const WorkerCandidate& w : target.workers) {
+      if (w.ready) (w.local ? ready_local : ready_remote) += 1;
+    }
+    int32_t keep_local = d.local, keep_remote = d.remote;
+    if (d.local < now_local && ready_remote < d.remote) keep_local = now_local;
+    if (d.remote < now_remote && ready_local < d.local) keep_remote = now_remote;
+    const int32_t extra = (keep_local - d.local) + (keep_remote - d.remote);
+    if (extra > 0) {
+      const bool to_remote = keep_local > d.local;
+      note(Reason::kShifted, absl::StrCat(extra, to_remote ? " local" : " remote", " workers stay until ",
+                                          to_remote ? d.remote - ready_remote : d.local - ready_local,
+                                          to_remote ? " more remote" : " more local",
+                                          " ones serve (make before break)"));
+    }
+    d.local = keep_local;
+    d.remote = keep_remote;
+    d.replicas = keep_local + keep_remote;
+    h.surge_extra = extra;
+    h.surge_total = d.replicas;
+  }
 
   const int32_t current_local = std::clamp(target.local, 0, current);
   const int32_t current_remote = current - current_local;
@@ -393,6 +462,14 @@ DecisionResult Decide(const PolicyConfig& config, const Target& target, const Si
       break;
   }
   d.act = d.direction != Direction::kNone && config.mode == Mode::kAuto;
+  if (d.act && d.split.probing && !h.interference.probe_local) {
+    h.interference = StartProbe(h.interference, d.split.local, now);
+  }
+  if (!d.act) {
+    // Nothing was carried out: the surge (if any) is as before.
+    h.surge_extra = history.surge_extra;
+    h.surge_total = history.surge_total;
+  }
   if (d.direction != Direction::kNone && config.mode == Mode::kRecommend) {
     note(Reason::kRecommendOnly, "mode Recommend: the decision is reported, not carried out");
   }

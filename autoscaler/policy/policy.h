@@ -46,7 +46,7 @@ struct PolicyConfig {
   double target_stall_ratio = 0.05;
   int32_t min_replicas = 1;
   int32_t max_replicas = 32;
-  double headroom = 0.10;   // capacity planned above the estimated need
+  double headroom = 0.05;   // capacity planned above the estimated need
   double tolerance = 0.10;  // no change while |needed / current - 1| stays within it (and stall is on target)
   ScalingRules scale_up{absl::ZeroDuration(), 0};
   ScalingRules scale_down{absl::Minutes(5), 0};
@@ -59,6 +59,7 @@ struct PolicyConfig {
 // What the DataService asks for and has now.
 struct Target {
   int32_t replicas = 0;                   // spec.workers.replicas
+  std::optional<absl::Duration> pod_start_latency;  // observed: creation to ready of recent workers
   int32_t local = 0;                      // local workers asked for (spec.workers.local, else as placed)
   std::optional<int32_t> local_capacity;  // status.localCapacity
   int32_t consumer_nodes = 1;
@@ -78,6 +79,8 @@ struct PolicyHistory {
   absl::Time last_change = absl::InfinitePast();  // when the size or the split last changed
   int32_t failures_in_a_row = 0;                 // decisions without the data to size
   std::optional<double> capacity_per_worker;     // elements/s of one busy worker, last measured saturated
+  int32_t surge_extra = 0;                       // workers kept ahead of a removal (make before break) ...
+  int32_t surge_total = 0;                       // ... in a pool of this many (a different count: someone else changed it)
   InterferenceState interference;
   bool operator==(const PolicyHistory&) const = default;
 };
@@ -117,6 +120,8 @@ struct Arithmetic {
   std::optional<double> stall_ratio, demand, true_demand, supply, supply_per_worker, utilization,
       capacity_per_worker, needed_exact;
   std::string capacity_source;  // "CPU", "saturated", "remembered", ""
+  std::optional<double> recent_needed_exact;  // the same model over the recent window (while it stalls)
+  std::string sized_from;        // "window" or "recent window"
   int32_t raw = 0;         // the model's recommendation before windows, limits and bounds
   int32_t stabilized = 0;  // after the windows
   int32_t limited = 0;     // after step limits and bounds
@@ -151,6 +156,10 @@ struct DecisionResult {
 // One decision at `now`.
 DecisionResult Decide(const PolicyConfig& config, const Target& target, const Signals& signals,
                       const PolicyHistory& history, absl::Time now);
+
+// The pod start latency to expect: the median (creation to ready) of the ten newest workers that
+// became ready; none without any. Pairs are (created, ready).
+std::optional<absl::Duration> ObservedStartLatency(std::vector<std::pair<absl::Time, absl::Time>> created_ready);
 
 // The steps of Decide, for the simulator and for tests.
 

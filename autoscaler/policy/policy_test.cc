@@ -39,6 +39,7 @@ Signals At(absl::Time at, const Obs& o) {
 
 PolicyConfig Config() {
   PolicyConfig c;
+  c.headroom = 0.10;  // the tables below were written for 10% (the default is 5%)
   c.min_replicas = 1;
   c.max_replicas = 64;
   c.placement.worker_cpus = 1;
@@ -247,38 +248,134 @@ TEST_CASE("Recommend mode computes the same decision and does not act") {
   CHECK(r.history.last_change == absl::InfinitePast());
 }
 
-TEST_CASE("Hybrid through Decide: local first, shifted back to remote on interference, forward when it fades") {
+TEST_CASE("Hybrid through Decide: local first, shifted back to remote on interference, probed later") {
   PolicyConfig c = Config();
   c.placement.policy = Placement::kHybrid;
   c.settle_time = absl::ZeroDuration();
-  Target t = Replicas(2);
-  t.local_capacity = 8;
-  PolicyHistory h;
-  // Baseline: 2 remote workers, compute 100 ms per element; demand steps up.
-  DecisionResult r = Decide(c, t, At(kT0, {0.5, 100, 100, 2, 2, 0, 0, 0, 0.100}), h, kT0);
-  CHECK(r.decision.replicas == 5);
-  CHECK(r.decision.local == 5);  // local capacity first
-  CHECK(r.decision.remote == 0);
+  auto pods = [](int local, int remote, int remote_ready) {
+    Target t;
+    t.replicas = local + remote;
+    t.local = local;
+    t.local_capacity = 8;
+    for (int i = 0; i < local; ++i) t.workers.push_back({"l-" + std::to_string(i), true, true, 0, kT0});
+    for (int i = 0; i < remote; ++i) t.workers.push_back({"r-" + std::to_string(i), false, i < remote_ready, 0, kT0});
+    return t;
+  };
+  // 2 remote workers, compute 100 ms per element; demand steps up: 5 workers, local first. The 2
+  // remote ones stay until the local ones serve (make before break).
+  DecisionResult r = Decide(c, pods(0, 2, 2), At(kT0, {0.5, 100, 100, 2, 2, 0, 0, 0, 0.100}), {}, kT0);
+  INFO(r.decision.Summary());
+  CHECK(r.decision.local == 5);
+  CHECK(r.decision.remote == 2);
+  CHECK(r.decision.split.remote == 0);
   // With 5 local workers the trainers compute 130 ms per element: 6% per worker, at most 1 fits.
-  t.replicas = 5;
-  t.local = 5;
-  t.workers.clear();
-  for (int i = 0; i < 5; ++i) t.workers.push_back({"l-" + std::to_string(i), true, true, 0, kT0});
+  // 4 remote workers are asked for first; the local ones stay until they serve.
   absl::Time t1 = kT0 + absl::Minutes(2);
-  r = Decide(c, t, At(t1, {0.0, 200, 200, 5, 5 * 200.0 / 5 / 50, 0, 0, 5, 0.130}), r.history, t1);
+  r = Decide(c, pods(5, 2, 2), At(t1, {0.0, 200, 200, 7, 7 * 200.0 / 7 / 50, 0, 0, 5, 0.130}), r.history, t1);
+  INFO(r.decision.Summary());
+  CHECK(r.decision.split.local == 1);
+  CHECK(r.decision.split.reason == SplitReason::kInterference);
+  CHECK(r.decision.local == 5);
+  CHECK(r.decision.remote == 4);
+  CHECK(r.decision.workers_to_delete.empty());
+  // The remote ones serve: 4 local workers go.
+  absl::Time t2 = t1 + absl::Seconds(75);
+  r = Decide(c, pods(5, 4, 4), At(t2, {0.0, 200, 200, 9, 9 * 200.0 / 9 / 50, 0, 0, 5, 0.130}), r.history, t2);
   INFO(r.decision.Summary());
   CHECK(r.decision.replicas == 5);
   CHECK(r.decision.local == 1);
   CHECK(r.decision.remote == 4);
-  CHECK(r.decision.direction == Direction::kShift);
   CHECK(r.decision.workers_to_delete.size() == 4);
-  CHECK(r.decision.split.reason == SplitReason::kInterference);
-  // Ten minutes on, the cap is probed: one more local worker.
-  t.local = 1;
-  absl::Time t2 = t1 + absl::Minutes(11);
-  r = Decide(c, t, At(t2, {0.0, 200, 200, 5, 4.0, 0, 0, 1, 0.106}), r.history, t2);
-  CHECK(r.decision.local == 2);
+  // With 1 local worker the trainers compute 106 ms: the model (6% per worker) holds.
+  absl::Time t3 = t2 + absl::Minutes(2);
+  r = Decide(c, pods(1, 4, 4), At(t3, {0.0, 200, 200, 5, 4.0, 0, 0, 1, 0.106}), r.history, t3);
+  CHECK(r.decision.local == 1);
+  CHECK(r.decision.direction == Direction::kNone);
+  // The return to 1 agreed with the model, so the probe waits twice the 10 minutes: one more local worker.
+  CHECK(r.history.interference.probes_confirmed == 1);
+  absl::Time t4 = t3 + absl::Minutes(21);
+  r = Decide(c, pods(1, 4, 4), At(t4, {0.0, 200, 200, 5, 4.0, 0, 0, 1, 0.106}), r.history, t4);
+  CHECK(r.decision.split.local == 2);
   CHECK(r.decision.split.probing);
+  CHECK(r.history.interference.probe_local == 2);
+}
+
+TEST_CASE("observed start latency: the median of the newest ready workers") {
+  CHECK_FALSE(ObservedStartLatency({}).has_value());
+  std::vector<std::pair<absl::Time, absl::Time>> pods;
+  for (int i = 0; i < 15; ++i) pods.push_back({kT0 + absl::Seconds(i), kT0 + absl::Seconds(i + (i < 5 ? 100 : 40 + i % 3))});
+  CHECK(*ObservedStartLatency(pods) == absl::Seconds(41));  // the 5 oldest (100 s) are not among the newest ten
+}
+
+TEST_CASE("pod start latency longer than settle_time delays scale-down evidence") {
+  PolicyConfig c = Config();
+  PolicyHistory h;
+  h.last_change = kT0 - absl::Seconds(100);  // a window from kT0 - 60 s began 40 s after the change
+  Target t = Replicas(10);
+  CHECK(Decide(c, t, At(kT0, {0.0, 50, 50, 10, 1.0}), h, kT0).decision.replicas == 2);
+  t.pod_start_latency = absl::Seconds(60);
+  DecisionResult held = Decide(c, t, At(kT0, {0.0, 50, 50, 10, 1.0}), h, kT0);
+  CHECK(held.decision.replicas == 10);
+  CHECK(held.decision.Has(Reason::kHeldUntilSettled));
+}
+
+TEST_CASE("the recent window sees a demand step at once and only raises the size") {
+  PolicyConfig c = Config();
+  // The minute's window shows a quarter of a step (stall 0.125); the last 30 s show it all (stall 0.5).
+  Signals s = At(kT0, {0.125, 87.5, 87.5, 2, 2});
+  s.recent_stall_ratio = Measurement::Of(0.5);
+  s.recent_demand = Measurement::Of(100);
+  s.recent_supply = Measurement::Of(100);
+  s.recent_worker_cpu = Measurement::Of(2);
+  DecisionResult r = Decide(c, Replicas(2), s, {}, kT0);
+  CHECK(r.decision.arithmetic.sized_from == "recent window");
+  CHECK(r.decision.replicas == 5);
+  // A quiet recent window never lowers what the minute's window asks for.
+  Signals quiet = At(kT0, {0.5, 100, 100, 2, 2});
+  quiet.recent_stall_ratio = Measurement::Of(0.0);
+  quiet.recent_demand = Measurement::Of(10);
+  quiet.recent_supply = Measurement::Of(10);
+  DecisionResult q = Decide(c, Replicas(2), quiet, {}, kT0);
+  CHECK(q.decision.replicas == 5);
+  CHECK(q.decision.arithmetic.sized_from == "window");
+}
+
+TEST_CASE("make before break: a shift adds the new pool's workers first, removes the old ones once they serve") {
+  PolicyConfig c = Config();
+  c.placement.policy = Placement::kHybrid;
+  c.settle_time = absl::ZeroDuration();
+  Target t;
+  t.replicas = 4;
+  t.local = 4;
+  t.local_capacity = 0;  // the local slots are gone
+  for (int i = 0; i < 4; ++i) t.workers.push_back({"l-" + std::to_string(i), true, true, 0, kT0});
+  // 4 workers are right (40 elements/s of 10 each), all local, and local capacity vanished.
+  Signals s = At(kT0, {0.0, 38, 38, 4, 3.8, 0, 0, 4, 0.1});
+  c.placement.worker_cpus = 1;
+  DecisionResult r = Decide(c, t, s, {}, kT0);
+  INFO(r.decision.Summary());
+  CHECK(r.decision.replicas == 8);  // 4 remote added, the 4 local kept
+  CHECK(r.decision.local == 4);
+  CHECK(r.decision.remote == 4);
+  CHECK(r.decision.workers_to_delete.empty());
+  CHECK(r.history.surge_extra == 4);
+  // The remote ones start; not ready yet: nothing changes.
+  t.replicas = 8;
+  for (int i = 0; i < 4; ++i) t.workers.push_back({"r-" + std::to_string(i), false, false, 0, kT0 + absl::Seconds(15)});
+  absl::Time t1 = kT0 + absl::Seconds(30);
+  DecisionResult wait = Decide(c, t, At(t1, {0.0, 38, 38, 4, 3.8, 0, 0, 4, 0.1}), r.history, t1);
+  CHECK(wait.decision.direction == Direction::kNone);
+  CHECK(wait.history.surge_extra == 4);
+  // Ready: the local ones go, without waiting for the scale-down window or a settled window.
+  for (auto& w : t.workers) w.ready = true;
+  c.scale_down.stabilization_window = absl::Minutes(5);
+  absl::Time t2 = kT0 + absl::Seconds(90);
+  DecisionResult done = Decide(c, t, At(t2, {0.0, 38, 38, 8, 3.8, 0, 0, 4, 0.1}), wait.history, t2);
+  INFO(done.decision.Summary());
+  CHECK(done.decision.replicas == 4);
+  CHECK(done.decision.local == 0);
+  CHECK(done.decision.workers_to_delete.size() == 4);
+  CHECK(done.history.surge_extra == 0);
 }
 
 TEST_CASE("noisy signals around a steady need do not flap") {

@@ -40,6 +40,15 @@ struct Signals {
   Measurement churn;                // workers removed for missed heartbeats within the window
   Measurement workers;              // workers registered at the dispatcher (both placements)
   Measurement local_workers;        // of which local
+
+  // The same rates over a short recent window (about two scrapes), so that a step in demand is seen
+  // at once instead of a quarter of it; missing when the source has none. The policy scales up on
+  // them while the recent stall is above target, and never scales down on them alone.
+  absl::Duration recent_window = absl::ZeroDuration();
+  Measurement recent_stall_ratio;
+  Measurement recent_demand;
+  Measurement recent_supply;
+  Measurement recent_worker_cpu;
 };
 
 }  // namespace sluice::autoscaler

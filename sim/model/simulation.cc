@@ -534,20 +534,24 @@ autoscaler::Signals Simulation::Query() const {
     }
     return s;
   }
-  // rate(...[W]) at now: the samples within (now - W, now]; at least two.
-  const Sample* first = nullptr;
-  const Sample* last = nullptr;
-  for (const Sample& x : samples_) {
-    if (x.t > now_s_ - options_.rate_window_s && x.t <= now_s_) {
-      if (!first) first = &x;
-      last = &x;
-    }
-  }
   const Sample* latest = samples_.empty() ? nullptr : &samples_.back();
   if (latest && latest->t < now_s_ - options_.staleness_s) latest = nullptr;
   s.at = latest ? SimTime(latest->t) : absl::InfinitePast();
   const Measurement no_series = Measurement::Missing("no series");
-  if (first && last && last->t > first->t) {
+  // rate(...[W]) at now: the samples within (now - W, now]; at least two.
+  auto window = [&](int w) -> std::pair<const Sample*, const Sample*> {
+    const Sample* first = nullptr;
+    const Sample* last = nullptr;
+    for (const Sample& x : samples_) {
+      if (x.t > now_s_ - w && x.t <= now_s_) {
+        if (!first) first = &x;
+        last = &x;
+      }
+    }
+    if (first && last && last->t > first->t) return {first, last};
+    return {nullptr, nullptr};
+  };
+  if (auto [first, last] = window(options_.rate_window_s); first) {
     const double dt = last->t - first->t;
     const double dstep = last->step - first->step;
     const double dconsumed = last->consumed - first->consumed;
@@ -560,6 +564,16 @@ autoscaler::Signals Simulation::Query() const {
   } else {
     s.stall_ratio = s.demand = s.compute_per_element = s.supply = s.worker_cpu = s.churn = no_series;
   }
+  s.recent_window = absl::Seconds(options_.recent_window_s);
+  if (auto [first, last] = window(options_.recent_window_s); first) {
+    const double dt = last->t - first->t;
+    s.recent_stall_ratio = Measurement::Of((last->wait - first->wait) / (last->step - first->step));
+    s.recent_demand = Measurement::Of((last->consumed - first->consumed) / dt);
+    s.recent_supply = Measurement::Of((last->produced - first->produced) / dt);
+    s.recent_worker_cpu = Measurement::Of((last->busy - first->busy) / dt);
+  } else {
+    s.recent_stall_ratio = s.recent_demand = s.recent_supply = s.recent_worker_cpu = no_series;
+  }
   if (latest) {
     s.buffered = Measurement::Of(latest->buffered);
     s.workers = Measurement::Of(latest->registered);
@@ -567,7 +581,10 @@ autoscaler::Signals Simulation::Query() const {
   } else {
     s.buffered = s.workers = s.local_workers = no_series;
   }
-  if (client_missing) s.stall_ratio = s.demand = s.compute_per_element = no_series;
+  if (client_missing) {
+    s.stall_ratio = s.demand = s.compute_per_element = no_series;
+    s.recent_stall_ratio = s.recent_demand = no_series;
+  }
   return s;
 }
 
@@ -583,7 +600,7 @@ Observation Simulation::Observe() const {
   o.worker_cores = scenario_.remote.cores;
   for (const Worker& w : workers_) {
     if (w.phase == Phase::kGone) continue;
-    o.pods.push_back({w.name, w.local, w.phase == Phase::kReady, w.phase == Phase::kDraining, w.created_s});
+    o.pods.push_back({w.name, w.local, w.phase == Phase::kReady, w.phase == Phase::kDraining, w.created_s, w.ready_s});
   }
   // Per-pod CPU over the window (metrics API): pods present at both ends of the window.
   bool down = false;

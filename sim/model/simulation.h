@@ -35,6 +35,7 @@ struct RunOptions {
   int decision_period_s = 15;    // the autoscaler's period (and HPA's sync period)
   int scrape_interval_s = 15;    // Prometheus' scrape interval
   int rate_window_s = 60;        // W of rate(...[W]) in docs/metrics.md
+  int recent_window_s = 30;      // the recent window the sources also report (two scrapes)
   int heartbeat_timeout_s = 5;   // the dispatcher's --worker_timeout_ms
   int drain_timeout_s = 120;     // a drained worker's buffer not read by then is lost
   int restart_start_s = 5;       // a crashed container's restart until it registers again
@@ -50,6 +51,7 @@ struct PodView {
   bool ready = false;     // registered and producing
   bool draining = false;  // being removed
   int created_s = 0;
+  int ready_s = -1;       // when it became ready (-1: not yet), as the Ready condition's transition time
 };
 
 // What a controller sees at a decision.

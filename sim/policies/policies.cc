@@ -47,6 +47,11 @@ autoscaler::Target SluiceController::TargetFrom(const Observation& o) {
     t.workers.push_back({p.name, p.local, p.ready, 0, SimTime(p.created_s)});
   }
   t.local = o.local.value_or(placed_local);
+  std::vector<std::pair<absl::Time, absl::Time>> started;
+  for (const PodView& p : o.pods) {
+    if (p.ready_s >= 0) started.push_back({SimTime(p.created_s), SimTime(p.ready_s)});
+  }
+  t.pod_start_latency = autoscaler::ObservedStartLatency(std::move(started));
   t.local_capacity = o.local_capacity;
   t.consumer_nodes = std::max(1, o.consumer_nodes);
   return t;
