@@ -205,13 +205,21 @@ Split SplitWorkers(const SplitInput& in, const InterferenceState& state, const P
                               std::max<int32_t>(1, in.consumer_nodes);
     const double remote_cost = config.worker_cpus * *config.cost.remote_cpu_hourly;
     if (local_cost > remote_cost) {
-      allowed = 0;
-      out.probing = false;
       out.reason = SplitReason::kLocalCostsMore;
       out.why = absl::StrFormat(
           "a local worker slows the trainers by %.2f%%, which costs $%.3f/h of accelerator time, more than a "
           "remote worker's $%.3f/h of CPU: remote only",
           *state.slowdown_per_worker * 100.0, local_cost, remote_cost);
+      if (due && capacity > 0 && in.current_local == 0) {
+        // The trainers may have changed since: one local worker shows it.
+        allowed = 1;
+        out.probing = true;
+        out.reason = SplitReason::kProbing;
+        out.why += absl::StrCat("; learnt ", absl::FormatDuration(in.now - state.learnt_at), " ago: probing with one");
+      } else {
+        allowed = 0;
+        out.probing = false;
+      }
     }
   }
 

@@ -179,6 +179,10 @@ TEST_CASE("cost: remote when a local worker's interference costs more accelerato
   Split split = SplitWorkers({4, 2, 8, 1, kT0}, s, c);
   CHECK(split.local == 0);
   CHECK(split.reason == SplitReason::kLocalCostsMore);
+  // A while later, one local worker probes whether the trainers changed.
+  Split probe = SplitWorkers({4, 0, 8, 1, kT0 + absl::Minutes(11)}, s, c);
+  CHECK(probe.local == 1);
+  CHECK(probe.probing);
   // Cheaper accelerators: local wins again.
   c.cost.accelerator_hourly = 4.96;
   CHECK(SplitWorkers({4, 2, 8, 1, kT0}, s, c).local == 4);
