@@ -450,7 +450,7 @@ TEST_CASE("printer columns", "[crd]") {
     CHECK(c.contains("jsonPath"));
     CHECK(c.contains("type"));
   }
-  CHECK(columns == std::vector<std::string>{"Ready", "Workers", "Local", "Remote", "Stall", "Age"});
+  CHECK(columns == std::vector<std::string>{"Ready", "Workers", "Local", "Remote", "Stall", "Desired", "Age"});
 }
 
 TEST_CASE("the schema is structural and every field is described", "[crd]") {

@@ -185,7 +185,17 @@ void ParseAutoscaling(FieldReader& r, const json& spec, AutoscalingSpec* out) {
   if (a == nullptr) return;
   const std::string path = "spec.autoscaling";
   r.Bool(*a, path, "enabled", &out->enabled);
+  r.Enum(*a, path, "mode", {"Auto", "Recommend"}, &out->mode);
   r.Number(*a, path, "targetStallRatio", &out->target_stall_ratio);
+  r.Number(*a, path, "headroom", &out->headroom);
+  r.Number(*a, path, "tolerance", &out->tolerance);
+  r.Number(*a, path, "interferenceTolerance", &out->interference_tolerance);
+  if (const json* f = r.Object(*a, path, "fallback")) {
+    std::string fpath = JoinPath(path, "fallback");
+    int64_t v = 0;
+    if (r.Int(*f, fpath, "failureThreshold", &v)) out->fallback_failure_threshold = v;
+    if (r.Int(*f, fpath, "replicas", &v)) out->fallback_replicas = v;
+  }
   if (const json* m = r.Object(*a, path, "metrics")) {
     std::string mpath = JoinPath(path, "metrics");
     if (const json* prom = r.Object(*m, mpath, "prometheus")) {
@@ -565,6 +575,22 @@ std::vector<FieldError> ValidateDataService(const DataService& ds) {
     if (rules->max_step.has_value() && *rules->max_step < 1) {
       errors.push_back({JoinPath(rpath, "maxStep"), "must be at least 1"});
     }
+  }
+  if (!(a.headroom >= 0.0 && a.headroom <= 10.0)) {
+    errors.push_back({"spec.autoscaling.headroom", absl::StrCat(a.headroom, " is not in [0, 10]")});
+  }
+  if (!(a.tolerance >= 0.0 && a.tolerance <= 0.5)) {
+    errors.push_back({"spec.autoscaling.tolerance", absl::StrCat(a.tolerance, " is not in [0, 0.5]")});
+  }
+  if (!(a.interference_tolerance >= 0.0 && a.interference_tolerance <= 1.0)) {
+    errors.push_back({"spec.autoscaling.interferenceTolerance", absl::StrCat(a.interference_tolerance, " is not in [0, 1]")});
+  }
+  if (a.fallback_failure_threshold.has_value() &&
+      (*a.fallback_failure_threshold < 1 || *a.fallback_failure_threshold > 1000)) {
+    errors.push_back({"spec.autoscaling.fallback.failureThreshold", "must be in [1, 1000]"});
+  }
+  if (a.fallback_replicas.has_value() && (*a.fallback_replicas < 0 || *a.fallback_replicas > 10000)) {
+    errors.push_back({"spec.autoscaling.fallback.replicas", "must be in [0, 10000]"});
   }
   if (a.accelerator_hourly.value_or(0) < 0) errors.push_back({"spec.autoscaling.cost.acceleratorHourly", "must not be negative"});
   if (a.remote_cpu_hourly.value_or(0) < 0) errors.push_back({"spec.autoscaling.cost.remoteCpuHourly", "must not be negative"});

@@ -137,7 +137,13 @@ struct ScalingRules {
 // Read by the autoscaler only; parsed here so that the whole object is checked in one place.
 struct AutoscalingSpec {
   bool enabled = false;
+  std::string mode = "Auto";  // Auto | Recommend
   double target_stall_ratio = 0.05;
+  double headroom = 0.05;                // capacity planned above the estimated need
+  double tolerance = 0.10;               // no change within this relative distance of the need
+  double interference_tolerance = 0.10;  // most slowdown of the trainers local workers may cause
+  std::optional<int64_t> fallback_failure_threshold;
+  std::optional<int64_t> fallback_replicas;
   std::optional<std::string> prometheus_url;
   StringMap prometheus_queries;
   ScalingRules scale_up;

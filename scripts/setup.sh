@@ -13,7 +13,7 @@ PACKAGES=(
   libzstd-dev liblz4-dev pybind11-dev python3-pybind11 python3-dev libcli11-dev
   python3-numpy python3-pytest python3-torch python3-torchvision python3-pil
   zlib1g-dev python3-yaml python3-requests libcivetweb-dev lomiri-wallpapers-16.04
-  dataset-fashion-mnist prometheus openssl
+  dataset-fashion-mnist prometheus openssl python3-matplotlib
   podman mmdebstrap runc
 )
 # Images (scripts/images.sh, worker-image/): podman with runc (crun refuses the build machines' cgroup

@@ -17,6 +17,9 @@
 #ifdef SLUICE_HAVE_OPERATOR_BENCH
 #include "bench/operator/operator_bench.h"
 #endif
+#ifdef SLUICE_HAVE_AUTOSCALE_BENCH
+#include "bench/autoscale/autoscale_bench.h"
+#endif
 
 int main(int argc, char** argv) {
   // The benchmarks and `sluice up` read the data service in this process.
@@ -76,6 +79,13 @@ int main(int argc, char** argv) {
       "operator", "DataService operator at scale against the test API server and simulated nodes");
   sluice::bench::AddOperatorBenchFlags(bench_operator, operator_bench);
   bench_operator->callback([&] { rc = sluice::bench::RunOperatorBenchmark(operator_bench); });
+#endif
+#ifdef SLUICE_HAVE_AUTOSCALE_BENCH
+  sluice::bench::AutoscaleBenchOptions autoscale_bench;
+  auto* bench_autoscale = bench->add_subcommand(
+      "autoscale", "Autoscaling policies on simulated clusters (Sluice's real policy vs HPA, Cachew, Pecan, oracle)");
+  sluice::bench::AddAutoscaleBenchFlags(bench_autoscale, autoscale_bench);
+  bench_autoscale->callback([&] { rc = sluice::bench::RunAutoscaleBenchmark(autoscale_bench, std::cout, std::cerr); });
 #endif
 #ifdef HAVE_SLUICE_CLI_DATASERVICE
   sluice::cli::AddDataServiceCommands(app, rc);

@@ -1,0 +1,86 @@
+#include "bench/autoscale/autoscale_bench.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "sim/report/report.h"
+
+namespace sluice::bench {
+
+void AddAutoscaleBenchFlags(CLI::App* app, AutoscaleBenchOptions& o) {
+  app->add_flag("--live", o.live,
+                "the closed loop with real processes instead of the simulator (reserved: not built yet)");
+  app->add_option("--scenario", o.scenarios, "run only these scenarios (repeatable; default: all)");
+  app->add_option("--policy", o.policies, "run only these policies (repeatable; default: all)");
+  app->add_option("--series-dir", o.series_dir, "write each scenario's time series (<scenario>.json) here, for plots");
+  app->add_option("--markdown", o.markdown, "write the results table (Markdown) to this file");
+  app->add_option("--rate-window", o.rate_window_s, "seconds of the metric rate window W (default 60)");
+  app->add_option("--period", o.decision_period_s, "seconds between decisions (default 15)");
+  app->add_flag("--quiet", o.quiet, "no progress lines");
+}
+
+namespace {
+
+bool WriteFile(const std::string& path, const std::string& text, std::ostream& err) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+  f.close();
+  if (!f) {
+    err << "sluice bench autoscale: cannot write " << path << ": check that the directory exists and is writable\n";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int RunAutoscaleBenchmark(const AutoscaleBenchOptions& o, std::ostream& out, std::ostream& err) {
+  if (o.live) {
+    err << "sluice bench autoscale --live: the closed loop with real processes (dispatcher, workers under CPU "
+           "quotas, sluice-autoscaler, a consumer) is not built yet (issue 11); run without --live for the "
+           "simulator\n";
+    return 2;
+  }
+  if (o.rate_window_s < 2 || o.decision_period_s < 1 || o.decision_period_s > 600) {
+    err << "sluice bench autoscale: --rate-window must be >= 2 s and --period within [1, 600] s\n";
+    return 2;
+  }
+  if (!o.series_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.series_dir, ec);
+    if (ec || !std::filesystem::is_directory(o.series_dir)) {
+      err << "sluice bench autoscale: --series-dir " << o.series_dir << " is not a directory I can create ("
+          << ec.message() << ")\n";
+      return 2;
+    }
+  }
+  sim::SuiteOptions options;
+  options.scenarios = o.scenarios;
+  options.policies = o.policies;
+  options.run.rate_window_s = o.rate_window_s;
+  options.run.decision_period_s = o.decision_period_s;
+  if (!o.quiet) options.progress = [&err](const std::string& line) { err << line << "\n" << std::flush; };
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::vector<sim::ScenarioOutcome>> outcomes = sim::RunSuite(options);
+  if (!outcomes.ok()) {
+    err << "sluice bench autoscale: " << outcomes.status().message() << "\n";
+    return 2;
+  }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!o.series_dir.empty()) {
+    for (const sim::ScenarioOutcome& s : *outcomes) {
+      if (!WriteFile((std::filesystem::path(o.series_dir) / (s.scenario.name + ".json")).string(), sim::SeriesJson(s),
+                     err)) {
+        return 2;
+      }
+    }
+  }
+  if (!o.markdown.empty() && !WriteFile(o.markdown, sim::MarkdownTable(*outcomes), err)) return 2;
+  out << sim::SuiteJson(*outcomes, options, wall) << "\n" << std::flush;
+  return 0;
+}
+
+}  // namespace sluice::bench

@@ -1,0 +1,44 @@
+// `sluice bench autoscale`: the autoscaling policies on simulated clusters (sim/): every scenario
+// under every policy, progress lines on stderr, one JSON object as the last line on stdout (see
+// docs/autoscaling.md, "The simulator"). Optionally writes each scenario's time series for the plots
+// (scripts/autoscale_plots.sh draws them) and the Markdown results table.
+//
+// `--live` is reserved for the closed loop with real processes (a dispatcher, workers under CPU
+// quotas, the autoscaler and a consumer on this machine), which is not built yet: it fails with a
+// message saying so. Without flags the command runs the simulator.
+//
+// Single-threaded; deterministic (the scenarios are seeded).
+#ifndef SLUICE_BENCH_AUTOSCALE_AUTOSCALE_BENCH_H_
+#define SLUICE_BENCH_AUTOSCALE_AUTOSCALE_BENCH_H_
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace sluice::bench {
+
+struct AutoscaleBenchOptions {
+  bool live = false;                   // reserved: the real-process closed loop
+  std::vector<std::string> scenarios;  // empty: all
+  std::vector<std::string> policies;   // empty: all
+  std::string series_dir;              // "": no time series files
+  std::string markdown;                // "": no table file
+  int rate_window_s = 60;
+  int decision_period_s = 15;
+  bool quiet = false;
+};
+
+// Registers --live, --scenario, --policy, --series-dir, --markdown, --rate-window, --period, --quiet.
+void AddAutoscaleBenchFlags(CLI::App* app, AutoscaleBenchOptions& options);
+
+// Runs the benchmark: progress to `err`, the JSON line to `out`; returns the exit code (0; 2 on bad
+// options or unwritable outputs, with a message naming the problem).
+int RunAutoscaleBenchmark(const AutoscaleBenchOptions& options, std::ostream& out, std::ostream& err);
+
+}  // namespace sluice::bench
+
+#endif  // SLUICE_BENCH_AUTOSCALE_AUTOSCALE_BENCH_H_

@@ -1,0 +1,70 @@
+// `sluice bench autoscale`: flags, the reserved --live mode, bad options and outputs, and a small run
+// whose last line is the JSON object with the summary fields.
+#include "bench/autoscale/autoscale_bench.h"
+
+#include <catch2/catch.hpp>
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <sstream>
+
+#include "nlohmann/json.hpp"
+
+namespace sluice::bench {
+namespace {
+
+int Run(std::vector<std::string> args, std::string* out, std::string* err) {
+  CLI::App app;
+  AutoscaleBenchOptions o;
+  AddAutoscaleBenchFlags(&app, o);
+  std::vector<const char*> argv = {"autoscale"};
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  app.parse(static_cast<int>(argv.size()), const_cast<char**>(argv.data()));
+  std::ostringstream os, es;
+  const int rc = RunAutoscaleBenchmark(o, os, es);
+  *out = os.str();
+  *err = es.str();
+  return rc;
+}
+
+TEST_CASE("autoscale bench: --live is reserved and says so") {
+  std::string out, err;
+  CHECK(Run({"--live"}, &out, &err) == 2);
+  CHECK(out.empty());
+  CHECK(err.find("not built yet") != std::string::npos);
+}
+
+TEST_CASE("autoscale bench: bad names and unwritable outputs fail with the cause") {
+  std::string out, err;
+  CHECK(Run({"--scenario", "nope"}, &out, &err) == 2);
+  CHECK(err.find("demand-step") != std::string::npos);
+  CHECK(Run({"--policy", "keda", "--scenario", "pecan-asr-v3-8"}, &out, &err) == 2);
+  CHECK(err.find("no policy 'keda'") != std::string::npos);
+  CHECK(Run({"--period", "0"}, &out, &err) == 2);
+  CHECK(err.find("--period") != std::string::npos);
+  CHECK(Run({"--series-dir", "/proc/sluice-no", "--scenario", "pecan-asr-v3-8"}, &out, &err) == 2);
+  CHECK(err.find("/proc/sluice-no") != std::string::npos);
+}
+
+TEST_CASE("autoscale bench: a small run prints progress and the JSON line last, writes series and table") {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "sluice-autoscale-bench-test";
+  std::filesystem::remove_all(dir);
+  std::string out, err;
+  REQUIRE(Run({"--scenario", "pecan-asr-v3-8", "--policy", "sluice", "--policy", "pecan", "--policy", "cachew",
+               "--policy", "oracle", "--series-dir", dir.string(), "--markdown", (dir / "table.md").string()},
+              &out, &err) == 0);
+  CHECK(err.find("pecan-asr-v3-8") != std::string::npos);
+  REQUIRE(!out.empty());
+  CHECK(out.back() == '\n');
+  nlohmann::json j = nlohmann::json::parse(out);
+  CHECK(j["benchmark"] == "autoscale");
+  CHECK(j["mode"] == "simulator");
+  CHECK(j["summary"]["sluice_vs_pecan_cost"].get<double>() > 0);
+  CHECK(j["summary"]["max_decisions_to_no_stall"].is_number());
+  CHECK(std::filesystem::exists(dir / "pecan-asr-v3-8.json"));
+  CHECK(std::filesystem::file_size(dir / "table.md") > 0);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace sluice::bench
