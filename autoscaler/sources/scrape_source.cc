@@ -99,7 +99,7 @@ Signals SignalsFromSnapshots(const std::deque<ScrapeSnapshot>& snapshots, absl::
     const ScrapeSnapshot::Worker* before = &w_first->second;
     for (size_t i = first_index + 1; i < snapshots.size(); ++i) {
       auto it = snapshots[i].workers.find(name);
-      if (it == snap.workers.end()) continue;
+      if (it == snapshots[i].workers.end()) continue;
       p += Increase(before->produced, it->second.produced);
       b += Increase(before->busy, it->second.busy);
       before = &it->second;
