@@ -3,10 +3,11 @@
 // time, it returns the actions that move the cluster toward the spec (create / apply / delete
 // objects, write status, emit events, manage the drain finalizer) plus a requeue hint.
 //
-// No I/O and no clock: the controller (not built yet) gathers the input from its informer caches,
-// executes the actions in order (stopping at the first failure), records expectations for the
-// creates and deletes it issued, and calls Reconcile again on the next event. Reconcile is
-// thread-compatible: it touches nothing but its arguments.
+// No I/O and no clock. DataServiceController (operator/controller.h) gathers the input from its
+// informer caches, records expectations for the creates and deletes of the result, then executes
+// every action in order, carrying on past a failed one (the actions are independent; see below),
+// and returns the first error so that the key is retried with backoff; it calls Reconcile again on
+// the next event. Reconcile is thread-compatible: it touches nothing but its arguments.
 #ifndef SLUICE_OPERATOR_RECONCILER_H_
 #define SLUICE_OPERATOR_RECONCILER_H_
 
