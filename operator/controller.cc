@@ -429,13 +429,13 @@ absl::Status DataServiceController::Execute(const std::string& key, const json& 
                                     absl::StrCat("creating ", c->kind, " ", c->name, ": ", conflict.message())});
         fail(conflict, absl::StrCat("create ", c->kind, " ", c->name), "create");
       }
-    } else if (const auto* a = std::get_if<ApplyObject>(&action)) {
-      absl::StatusOr<json> applied =
-          kube::ServerSideApply(*client_, RefForKind(a->kind), ns, a->manifest, options_.field_manager, /*force=*/true);
-      if (applied.ok()) {
-        announce(a->event);
+    } else if (const auto* p = std::get_if<PatchObject>(&action)) {
+      absl::StatusOr<json> patched =
+          client_->Patch(RefForKind(p->kind), ns, p->name, kube::PatchType::kMerge, p->merge_patch, write);
+      if (patched.ok()) {
+        announce(p->event);
       } else {
-        fail(applied.status(), absl::StrCat("apply ", a->kind, " ", a->name), "apply");
+        fail(patched.status(), absl::StrCat("patch ", p->kind, " ", p->name), "patch");
       }
     } else if (const auto* d = std::get_if<DeleteObject>(&action)) {
       kube::DeleteOptions opts;

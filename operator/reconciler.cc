@@ -370,8 +370,8 @@ void Planner::PlanDispatcher() {
       want.push_back(ServicePort{p["name"].get<std::string>(), p["port"].get<int64_t>(), p["targetPort"].get<int64_t>()});
     }
     if (service_->ports != want) {
-      object_actions_.push_back(ApplyObject{
-          "Service", service_->name, service,
+      object_actions_.push_back(PatchObject{
+          "Service", service_->name, json{{"spec", {{"ports", service["spec"]["ports"]}}}},
           Event("Normal", "UpdatedService", "Update",
                 absl::StrCat("updated the ports of service ", service_->name, " to match the spec"))});
     }

@@ -52,11 +52,16 @@ struct CreateObject {
   EmitEvent event;
 };
 
-// Bring an existing object to `manifest` (server-side apply, field manager sluice-operator).
-struct ApplyObject {
+// Change fields of an existing object with a JSON merge patch (RFC 7386: a list in the patch replaces
+// the whole list), sent with the same field manager as the create. One write mechanism per object:
+// the operator's creates (POST) and these patches are both "Update" operations of sluice-operator,
+// so the server sees one owner of every field. (A server-side apply of an object created by POST
+// is another owner to the server: it keeps the fields the create set and adds the applied ones, so
+// a changed Service port was added beside the old one and refused as a duplicate port name.)
+struct PatchObject {
   std::string kind;
   std::string name;
-  nlohmann::json manifest;
+  nlohmann::json merge_patch;
   EmitEvent event;
 };
 
@@ -97,7 +102,7 @@ struct DrainWorkers {
   std::vector<std::string> worker_addresses;  // their advertised addresses "podIP:port" (pods with an IP)
 };
 
-using Action = std::variant<CreateObject, ApplyObject, DeleteObject, UpdateStatus, EmitEvent, AddFinalizer,
+using Action = std::variant<CreateObject, PatchObject, DeleteObject, UpdateStatus, EmitEvent, AddFinalizer,
                             RemoveFinalizer, DrainWorkers>;
 
 // ---- Input ----

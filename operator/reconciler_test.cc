@@ -148,6 +148,7 @@ class FakeCluster {
   std::vector<ObservedNode>& nodes() { return nodes_; }
   std::vector<ObservedPod>& consumers() { return consumers_; }
   std::map<std::string, json>& pods() { return pods_; }
+  std::map<std::string, json>& services() { return services_; }
   absl::Time now = kT0;
   Expectations expectations;
 
@@ -216,8 +217,8 @@ class FakeCluster {
           if (f != rf->finalizer) kept.push_back(f);
         }
         ds_["metadata"]["finalizers"] = kept;
-      } else if (const auto* ap = std::get_if<ApplyObject>(&a)) {
-        services_[ap->name]["spec"] = ap->manifest["spec"];
+      } else if (const auto* pa = std::get_if<PatchObject>(&a)) {
+        services_.at(pa->name).merge_patch(pa->merge_patch);  // RFC 7386, as the API server applies it
       }
     }
   }
@@ -1229,19 +1230,29 @@ TEST_CASE("a changed dispatcher spec recreates the dispatcher pod", "[reconciler
   CHECK(c.pods().at("ds-dispatcher")["spec"]["containers"][0]["image"] == "sluice-dispatcher:v2");
 }
 
-TEST_CASE("service port drift is corrected by apply", "[reconciler][dispatcher]") {
+TEST_CASE("service port drift is corrected by a merge patch that replaces the port list",
+          "[reconciler][dispatcher]") {
   FakeCluster c(BaseDataService());
   c.Converge();
   c.ds()["spec"]["dispatcher"]["port"] = 6000;
+  c.ds()["spec"]["dispatcher"]["metricsPort"] = 6001;
   ReconcileResult r = c.Step();
-  auto applies = All<ApplyObject>(r);
-  REQUIRE(applies.size() == 1);
-  CHECK(applies[0].kind == "Service");
-  CHECK(applies[0].manifest["spec"]["ports"][0]["port"] == 6000);
-  CHECK(applies[0].event.reason == "UpdatedService");
+  auto patches = All<PatchObject>(r);
+  REQUIRE(patches.size() == 1);
+  CHECK(patches[0].kind == "Service");
+  CHECK(patches[0].name == "ds-dispatcher");
+  // Only the ports, as a whole list (a merge patch replaces lists): no other field of the Service
+  // is touched, and no old port survives beside the new one.
+  CHECK(patches[0].merge_patch == json::parse(R"js({"spec": {"ports": [
+      {"name": "grpc", "port": 6000, "targetPort": 6000, "protocol": "TCP"},
+      {"name": "metrics", "port": 6001, "targetPort": 6001, "protocol": "TCP"}]}})js"));
+  CHECK(patches[0].event.reason == "UpdatedService");
+  CHECK(c.services().at("ds-dispatcher")["spec"]["ports"].size() == 2);
   CHECK(c.ds()["status"]["dispatcherAddress"] == "ds-dispatcher.ml.svc:6000");
   // The dispatcher is recreated with the new port, and the workers, which carry the address, roll.
   CHECK(Deleted(r) == std::vector<std::string>{"ds-dispatcher", "ds-worker-remote-0"});
+  // Once patched, the Service matches: nothing more to patch.
+  CHECK(All<PatchObject>(c.Step()).empty());
 }
 
 TEST_CASE("objects owned by something else are ignored", "[reconciler]") {
