@@ -179,22 +179,4 @@ json CompactNode(json&& node) {
   return out;
 }
 
-void NodeCpuLedger::Update(const ObservedPod* before, const ObservedPod* after) {
-  auto counts = [](const ObservedPod* p) { return p != nullptr && !p->node_name.empty() && !p->Finished(); };
-  absl::MutexLock lock(&mu_);
-  if (counts(before)) {
-    auto it = by_node_.find(before->node_name);
-    if (it != by_node_.end()) {
-      it->second -= before->cpu_request_millis;
-      if (it->second == 0) by_node_.erase(it);
-    }
-  }
-  if (counts(after)) by_node_[after->node_name] += after->cpu_request_millis;
-}
-
-std::map<std::string, int64_t> NodeCpuLedger::Snapshot() const {
-  absl::MutexLock lock(&mu_);
-  return by_node_;
-}
-
 }  // namespace sluice::op

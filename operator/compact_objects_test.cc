@@ -1,6 +1,6 @@
 // The informer transforms keep everything the operator reads: parsing a compacted object gives what
 // parsing the original gives (real pods and nodes recorded from an API server, the reconciler's own
-// pod manifests, and malformed objects), and the CPU ledger agrees with SumCpuRequestsByNode.
+// pod manifests, and malformed objects).
 #include "operator/compact_objects.h"
 #include "kube/testing/fixture_server.h"
 #include "operator/observed_state.h"
@@ -133,32 +133,6 @@ TEST_CASE("CompactNode keeps what ObservedNodeFromJson reads") {
     CHECK(Describe(ObservedNodeFromJson(compact)) == Describe(ObservedNodeFromJson(n)));
     CHECK_FALSE(compact["status"].contains("images"));
   }
-}
-
-TEST_CASE("NodeCpuLedger follows pod events as SumCpuRequestsByNode sums them") {
-  auto pod = [](const std::string& name, const std::string& node, int64_t cpu, const std::string& phase = "Running") {
-    ObservedPod p;
-    p.name = name;
-    p.node_name = node;
-    p.cpu_request_millis = cpu;
-    p.phase = phase;
-    return p;
-  };
-  NodeCpuLedger ledger;
-  std::vector<ObservedPod> pods = {pod("a", "n1", 500), pod("b", "n1", 250), pod("c", "n2", 1000), pod("d", "", 700)};
-  for (const ObservedPod& p : pods) ledger.Update(nullptr, &p);
-  CHECK(ledger.Snapshot() == SumCpuRequestsByNode(pods));
-
-  ObservedPod bound = pod("d", "n2", 700);  // scheduled
-  ledger.Update(&pods[3], &bound);
-  pods[3] = bound;
-  ObservedPod done = pod("a", "n1", 500, "Succeeded");  // ended: frees its CPU
-  ledger.Update(&pods[0], &done);
-  pods[0] = done;
-  ledger.Update(&pods[2], nullptr);  // deleted
-  pods.erase(pods.begin() + 2);
-  CHECK(ledger.Snapshot() == SumCpuRequestsByNode(pods));
-  CHECK(ledger.Snapshot() == std::map<std::string, int64_t>{{"n1", 250}, {"n2", 700}});
 }
 
 TEST_CASE("recorded pods and nodes parse to the values the API server reported") {

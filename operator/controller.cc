@@ -14,6 +14,7 @@
 #include "kube/resource.h"
 #include "operator/event_notes.h"
 #include "operator/manifests.h"
+#include "operator/pod_snapshot.h"
 
 namespace sluice::op {
 namespace {
@@ -54,8 +55,9 @@ DataServiceController::DataServiceController(kube::Client* client, OperatorOptio
       recorder_(client, kube::EventRecorderOptions{.reporting_controller = "sluice.dev/operator",
                                                    .reporting_instance = options_.reporting_instance,
                                                    .clock = options_.clock}) {
-  (void)pods_.AddIndex(kIndexControllerUid, kube::IndexByControllerUid());
-  (void)pods_.AddIndex(kIndexNamespace, kube::IndexByNamespace());
+  (void)pods_.AddIndex(kPodIndexControllerUid, kube::IndexByControllerUid());
+  (void)pods_.AddIndex(kPodIndexNamespace, kube::IndexByNamespace());
+  (void)pods_.AddIndex(kPodIndexNode, IndexByPodNode());
   (void)services_.AddIndex(kIndexControllerUid, kube::IndexByControllerUid());
   (void)claims_.AddIndex(kIndexControllerUid, kube::IndexByControllerUid());
   (void)dataservices_.AddIndex(kIndexNamespace, kube::IndexByNamespace());
@@ -77,12 +79,12 @@ DataServiceController::DataServiceController(kube::Client* client, OperatorOptio
   kube::Reflector* dataservices = reflector(&dataservices_, DataServices(), options_.watch_namespace, "", packed);
   dataservices->AddEventHandler(kube::EnqueueObjectHandler(&queue_));
   dataservices->AddEventHandler(ConsumerSelectorHandler());
-  // Every pod of the cluster, compacted to what the reconciler reads.
-  kube::Reflector* pods = reflector(&pods_, kube::resources::Pods(), "", "",
-                                    [](json&& o) { return kube::PackObject(CompactPod(std::move(o))); });
+  // Every pod of the cluster, compacted to what the reconciler reads (and indexed by node: the CPU
+  // requested on a consumer node is summed from the cache when a reconcile reads it, see
+  // operator/pod_snapshot.h).
+  kube::Reflector* pods = reflector(&pods_, kube::resources::Pods(), "", "", PackPod);
   pods->AddEventHandler(kube::EnqueueControllerOwnerHandler(&queue_, kKind));
   pods->AddEventHandler(ConsumerPodHandler());
-  pods->AddEventHandler(CpuLedgerHandler());
   reflector(&services_, kube::resources::Services(), options_.watch_namespace, ManagedSelector(), packed)
       ->AddEventHandler(kube::EnqueueControllerOwnerHandler(&queue_, kKind));
   reflector(&claims_, PersistentVolumeClaims(), options_.watch_namespace, ManagedSelector(), packed)
@@ -100,7 +102,9 @@ kube::ResourceEventHandler DataServiceController::ConsumerSelectorHandler() {
     absl::StatusOr<DataService> parsed = ParseDataService(kube::UnpackObject(*ds));
     absl::MutexLock lock(&mu_);
     if (parsed.ok() && parsed->spec.placement.policy != PlacementPolicy::kRemoteOnly &&
-        parsed->spec.placement.consumer_selector.has_value()) {
+        parsed->spec.placement.consumer_selector.has_value() &&
+        !(parsed->spec.placement.consumer_selector->match_labels.empty() &&
+          parsed->spec.placement.consumer_selector->match_expressions.empty())) {  // {} is invalid, not "every pod"
       consumer_selectors_[key] = ConsumerSelector{kube::NamespaceOf(*ds), *parsed->spec.placement.consumer_selector};
     } else {
       consumer_selectors_.erase(key);
@@ -175,29 +179,6 @@ kube::ResourceEventHandler DataServiceController::NodeHandler() {
   return handler;
 }
 
-kube::ResourceEventHandler DataServiceController::CpuLedgerHandler() {
-  auto parse = [](const kube::ObjectPtr& pod) -> std::optional<ObservedPod> {
-    if (pod == nullptr) return std::nullopt;
-    absl::StatusOr<ObservedPod> p = ObservedPodFromJson(kube::UnpackObject(*pod));
-    if (!p.ok()) return std::nullopt;
-    return *std::move(p);
-  };
-  kube::ResourceEventHandler handler;
-  handler.on_add = [this, parse](const kube::ObjectPtr& pod) {
-    std::optional<ObservedPod> p = parse(pod);
-    cpu_ledger_.Update(nullptr, p ? &*p : nullptr);
-  };
-  handler.on_update = [this, parse](const kube::ObjectPtr& before, const kube::ObjectPtr& after) {
-    std::optional<ObservedPod> b = parse(before), a = parse(after);
-    cpu_ledger_.Update(b ? &*b : nullptr, a ? &*a : nullptr);
-  };
-  handler.on_delete = [this, parse](const kube::ObjectPtr& pod) {
-    std::optional<ObservedPod> p = parse(pod);
-    cpu_ledger_.Update(p ? &*p : nullptr, nullptr);
-  };
-  return handler;
-}
-
 absl::Status DataServiceController::Start(absl::Duration sync_timeout) {
   for (auto& r : reflectors_) r->Start();
   for (auto& r : reflectors_) {
@@ -244,26 +225,44 @@ void DataServiceController::Warn(absl::string_view what, absl::string_view key, 
   SLUICE_LOG(Warning, what).With("dataservice", key).With("error", status.ToString());
 }
 
-ReconcileInput DataServiceController::BuildInput(const json& dataservice) const {
+ReconcileInput DataServiceController::BuildInput(const std::string& key, const json& dataservice) {
   ReconcileInput in;
   in.dataservice = dataservice;
   const std::string uid = kube::UidOf(dataservice);
   const std::string ns = kube::NamespaceOf(dataservice);
-  auto parse_pods = [&](const std::vector<kube::ObjectPtr>& objects, std::vector<ObservedPod>* out) {
-    for (const kube::ObjectPtr& o : objects) {
-      absl::StatusOr<ObservedPod> p = ObservedPodFromJson(kube::UnpackObject(*o));
-      if (p.ok()) {
-        out->push_back(*std::move(p));
-      } else {
-        Warn("ignoring a malformed cached pod", "", p.status());
+  // Consumer pods, nodes and CPU sums only matter to local placement (and a valid selector).
+  std::optional<LabelSelector> consumers;
+  if (!IsRemoteOnly(dataservice)) {
+    if (absl::StatusOr<DataService> parsed = ParseDataService(dataservice); parsed.ok()) {
+      const std::optional<LabelSelector>& selector = parsed->spec.placement.consumer_selector;
+      if (selector.has_value() && !(selector->match_labels.empty() && selector->match_expressions.empty())) {
+        consumers = *selector;
       }
     }
-  };
-  parse_pods(pods_.ByIndex(kIndexControllerUid, uid), &in.owned_pods);
-  // Consumer pods, nodes and CPU sums only matter to local placement.
-  if (!IsRemoteOnly(dataservice)) {
-    parse_pods(pods_.ByIndex(kIndexNamespace, ns), &in.consumer_pods);
-    in.cpu_requested_by_node = cpu_ledger_.Snapshot();
+  }
+  // Owned pods, the namespace's pods and the CPU on the consumer nodes, all from one state of the
+  // pod cache (operator/pod_snapshot.h); the consumer nodes of the last pass are the first guess.
+  std::set<std::string> consumer_nodes;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = consumer_nodes_.find(key); it != consumer_nodes_.end()) consumer_nodes = it->second;
+  }
+  PodSnapshot snapshot = ReadPodSnapshot(pods_, ns, uid, consumers, &consumer_nodes);
+  {
+    absl::MutexLock lock(&mu_);
+    if (consumers.has_value()) {
+      consumer_nodes_[key] = consumer_nodes;
+    } else {
+      consumer_nodes_.erase(key);
+    }
+  }
+  for (const std::string& problem : snapshot.malformed) {
+    Warn("ignoring a malformed cached pod", "", absl::InvalidArgumentError(problem));
+  }
+  in.owned_pods = std::move(snapshot.owned);
+  if (consumers.has_value()) {
+    in.consumer_pods = std::move(snapshot.namespace_pods);
+    in.cpu_requested_by_node = std::move(snapshot.cpu_requested_by_node);
     for (const kube::ObjectPtr& o : nodes_.List()) {
       if (auto n = ObservedNodeFromJson(*o); n.ok()) in.nodes.push_back(*std::move(n));
     }
@@ -293,10 +292,11 @@ absl::StatusOr<kube::ReconcileResult> DataServiceController::ReconcileOnce(const
     expectations_.Forget(key);
     drains_.erase(key);
     status_written_.erase(key);
+    consumer_nodes_.erase(key);
     return kube::ReconcileResult{};
   }
   const json object = kube::UnpackObject(*dataservice);
-  ReconcileInput input = BuildInput(object);
+  ReconcileInput input = BuildInput(key, object);
   {
     absl::MutexLock lock(&mu_);
     input.expectations = expectations_.Pending(key);

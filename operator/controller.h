@@ -1,6 +1,6 @@
 // DataServiceController: the thin adapter between the kube/ runtime and the pure reconciler.
-// Reflectors keep caches of DataServices, all pods (owned workers, consumer pods and the CPU
-// requested per node), the operator's Services and PersistentVolumeClaims, and nodes. Their events
+// Reflectors keep caches of DataServices, all pods (owned workers, consumer pods and the pods whose
+// CPU requests fill the consumer nodes), the operator's Services and PersistentVolumeClaims, and nodes. Their events
 // put DataService keys ("namespace/name") on a work queue; each reconcile builds a ReconcileInput
 // from the caches, calls Reconcile, records expectations and executes the actions against the API
 // server (creates, server-side apply, uid-guarded deletes, status merge patches, guarded finalizer
@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -94,7 +95,7 @@ class DataServiceController {
 
  private:
   absl::StatusOr<kube::ReconcileResult> ReconcileOnce(const std::string& key);
-  ReconcileInput BuildInput(const nlohmann::json& dataservice) const;
+  ReconcileInput BuildInput(const std::string& key, const nlohmann::json& dataservice);
   // Runs the actions; sets `status_due` when a status write was deferred (coalesced) until then.
   absl::Status Execute(const std::string& key, const nlohmann::json& dataservice, const ReconcileResult& result,
                        std::optional<absl::Duration>* status_due);
@@ -109,7 +110,6 @@ class DataServiceController {
   void Warn(absl::string_view what, absl::string_view key, const absl::Status& status) const;
   kube::ResourceEventHandler ConsumerSelectorHandler();
   kube::ResourceEventHandler ConsumerPodHandler();
-  kube::ResourceEventHandler CpuLedgerHandler();
   // A node appearing, going, or changing what local capacity depends on (allocatable, taints,
   // schedulability, labels) requeues every DataService that places workers locally.
   kube::ResourceEventHandler NodeHandler();
@@ -128,8 +128,6 @@ class DataServiceController {
   std::vector<std::string> reflector_names_;  // resource plural of each reflector, for metrics
   std::unique_ptr<kube::Controller> controller_;
 
-  NodeCpuLedger cpu_ledger_;  // CPU requested per node, kept from pod events
-
   struct ConsumerSelector {
     std::string ns;
     LabelSelector selector;
@@ -141,6 +139,8 @@ class DataServiceController {
   std::map<std::string, ConsumerSelector> consumer_selectors_ ABSL_GUARDED_BY(mu_);
   // When each DataService's status was last written (for coalescing).
   std::map<std::string, absl::Time> status_written_ ABSL_GUARDED_BY(mu_);
+  // The consumer nodes of each DataService's last pod snapshot (the next one's first guess).
+  std::map<std::string, std::set<std::string>> consumer_nodes_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace sluice::op
