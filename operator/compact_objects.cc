@@ -129,10 +129,18 @@ json CompactPod(json&& pod) {
         } else {
           json kept = json::array();
           for (json& c : *conds) {
-            if (!c.is_object() || !c.contains("type") || c["type"] != "Ready") continue;
-            json ready = {{"type", "Ready"}};
-            if (c.contains("status")) ready["status"] = std::move(c["status"]);
-            kept.push_back(std::move(ready));
+            if (!c.is_object() || !c.contains("type")) continue;
+            if (c["type"] == "Ready") {
+              json ready = {{"type", "Ready"}};
+              if (c.contains("status")) ready["status"] = std::move(c["status"]);
+              kept.push_back(std::move(ready));
+            } else if (c["type"] == "PodScheduled" && c.contains("status") && c["status"] == "False") {
+              // Why the scheduler cannot place the pod (kept only while it cannot).
+              json unscheduled = {{"type", "PodScheduled"}, {"status", "False"}};
+              Move(c, unscheduled, "reason");
+              Move(c, unscheduled, "message");
+              kept.push_back(std::move(unscheduled));
+            }
           }
           status["conditions"] = std::move(kept);
         }

@@ -17,7 +17,8 @@ namespace sluice::op {
 
 // metadata {name, namespace, uid, resourceVersion, creationTimestamp, deletionTimestamp, labels,
 // sluice.dev/* annotations, the controller ownerReference}, spec {nodeName, CPU of containers, init
-// containers and overhead, a node-pinning affinity}, status {phase, podIP, the Ready condition}.
+// containers and overhead, a node-pinning affinity}, status {phase, podIP, the Ready condition, the
+// PodScheduled condition while it is False}.
 nlohmann::json CompactPod(nlohmann::json&& pod);
 // metadata {name, uid, resourceVersion, labels}, spec {taints, unschedulable}, status {allocatable}.
 nlohmann::json CompactNode(nlohmann::json&& node);

@@ -47,7 +47,7 @@ std::string Describe(const absl::StatusOr<ObservedPod>& p) {
   return absl::StrCat(p->name, "|", p->uid, "|", labels, "|", annotations, "|", p->controller_uid, "|", p->node_name,
                       "|", p->affinity_node, "|", p->phase, "|", p->ready, "|", p->pod_ip, "|",
                       p->creation_timestamp ? absl::FormatTime(*p->creation_timestamp) : "-", "|", p->terminating, "|",
-                      p->cpu_request_millis);
+                      p->cpu_request_millis, "|", p->unschedulable_reason, "|", p->unschedulable_message);
 }
 
 std::string Describe(const absl::StatusOr<ObservedNode>& n) {
@@ -99,6 +99,19 @@ TEST_CASE("CompactPod keeps what ObservedPodFromJson reads") {
   json bad_containers = SluicePod();
   bad_containers["spec"]["containers"] = json::array({"not an object"});
   pods.push_back(bad_containers);
+  // Pending because the scheduler cannot place it: the reason and message are kept.
+  json unschedulable = SluicePod();
+  unschedulable["spec"].erase("nodeName");
+  unschedulable["status"] = json::parse(R"js({"phase": "Pending", "conditions": [{"type": "PodScheduled",
+      "status": "False", "reason": "Unschedulable", "lastProbeTime": null, "lastTransitionTime": "2027-01-15T08:00:01Z",
+      "message": "0/3 nodes are available: 3 pod has unbound immediate PersistentVolumeClaims."}]})js");
+  pods.push_back(unschedulable);
+  {
+    absl::StatusOr<ObservedPod> p = ObservedPodFromJson(CompactPod(json(unschedulable)));
+    REQUIRE(p.ok());
+    CHECK(p->unschedulable_reason == "Unschedulable");
+    CHECK(p->unschedulable_message == "0/3 nodes are available: 3 pod has unbound immediate PersistentVolumeClaims.");
+  }
   pods.push_back(json("not a pod"));
   for (const json& pod : pods) {
     INFO(pod.dump().substr(0, 300));

@@ -402,7 +402,7 @@ absl::Status DataServiceController::Execute(const std::string& key, const json& 
   // into several only when one note would be too long, so every pod stays named).
   std::vector<EmitEvent> announced;
   auto announce = [&](const EmitEvent& e) {
-    if (e.reason.empty()) return;  // announced by another event of the pass (ScalingUp)
+    if (e.reason.empty()) return;  // an action without an event of its own
     announced.push_back(e);
   };
   bool objects_changed = false;  // a create or delete went through: its watch event brings a new pass

@@ -380,7 +380,7 @@ TEST_CASE("every worker created or deleted is named in an Event, a few Events fo
   REQUIRE(WaitFor([&] { return !events("ScalingUp").empty(); }));
   std::vector<std::string> up = events("ScalingUp");
   REQUIRE(up.size() == 1);
-  CHECK(up[0] == "workers 0 -> 40 (local 0 -> 0, remote 0 -> 40); creating ds-worker-remote-[0-39]");
+  CHECK(up[0] == "workers 0 -> 40 (local 0 -> 0, remote 0 -> 40); created ds-worker-remote-[0-39]");
   CHECK(events("CreatedWorker").empty());
 
   // Every other pod is deleted by name: one DeletedWorker Event names the 20 of them.

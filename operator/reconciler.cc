@@ -36,6 +36,12 @@ bool IsWorker(const ObservedPod& pod) {
 
 bool Active(const ObservedPod& pod) { return !pod.terminating && !pod.Finished(); }
 
+// "Unschedulable: 0/3 nodes are available: ..." (the PodScheduled=False condition of a pending pod).
+std::string SchedulingProblem(const ObservedPod& pod) {
+  return pod.unschedulable_message.empty() ? pod.unschedulable_reason
+                                           : absl::StrCat(pod.unschedulable_reason, ": ", pod.unschedulable_message);
+}
+
 // The worker pod counts as the status reports them.
 struct WorkerCounts {
   int64_t active = 0, ready = 0, local = 0, remote = 0;
@@ -576,25 +582,25 @@ void Planner::PlanWorkers() {
                                      Event("Normal", "CreatedWorker", "Create", "created remote worker pod{s} {}", {name})});
     }
   }
-  // The scale event precedes the pod actions it explains. When it announces a scale-up it names the
-  // pods created (as ordinal ranges, split over several events if one note would be too long), and
-  // those creates carry no event of their own (one write instead of one per pod).
+  // A scale-up is announced by the creates themselves: each carries the same ScalingUp event naming
+  // its pod, and the controller emits the events of the creates that succeeded merged into one
+  // (names as ordinal ranges, split over several events only if one note would be too long). So
+  // the event names pods that exist, and one write announces them all. A scale-down (or a scale-up
+  // that creates nothing this pass) is announced before the pod actions it explains; its deletes
+  // name their pods in DeletedWorker events once done.
   const int64_t after_total = plan.desired_local + plan.desired_remote;
   if (after_total != before_total) {
     std::string note = absl::StrCat("workers ", before_total, " -> ", after_total, " (local ", before_local, " -> ",
                                     plan.desired_local, ", remote ", before_total - before_local, " -> ",
                                     plan.desired_remote, ")");
-    std::vector<std::string> names;
     if (after_total > before_total && !creates.empty()) {
       for (Action& a : creates) {
         auto& c = std::get<CreateObject>(a);
-        names.push_back(c.name);
-        c.event = EmitEvent{};
+        c.event = Event("Normal", "ScalingUp", "Scale", absl::StrCat(note, "; created {}"), {c.name});
       }
-      absl::StrAppend(&note, "; creating {}");
+    } else {
+      result_.actions.push_back(Event("Normal", after_total > before_total ? "ScalingUp" : "ScalingDown", "Scale", note));
     }
-    result_.actions.push_back(
-        Event("Normal", after_total > before_total ? "ScalingUp" : "ScalingDown", "Scale", note, std::move(names)));
   }
   for (Action& a : creates) object_actions_.push_back(std::move(a));
 }
@@ -615,6 +621,14 @@ DataServiceStatus Planner::BuildStatus() const {
   } else if (!Active(*dispatcher_)) {
     dispatcher = MakeCondition(kConditionDispatcherReady, false, "DispatcherRestarting",
                                "the dispatcher pod is being replaced", gen);
+  } else if (!dispatcher_->ready && !dispatcher_->unschedulable_reason.empty()) {
+    // The scheduler's own words (PodScheduled=False), e.g. an unbound journal claim.
+    std::string message = absl::StrCat("dispatcher pod ", dispatcher_->name, " cannot be scheduled: ",
+                                       SchedulingProblem(*dispatcher_));
+    if (claim_ != nullptr && !claim_->phase.empty() && claim_->phase != "Bound") {
+      absl::StrAppend(&message, " (journal claim ", claim_->name, " is ", claim_->phase, ")");
+    }
+    dispatcher = MakeCondition(kConditionDispatcherReady, false, "DispatcherUnschedulable", message, gen);
   } else if (!dispatcher_->ready) {
     dispatcher = MakeCondition(kConditionDispatcherReady, false, "DispatcherPodNotReady",
                                absl::StrCat("dispatcher pod ", dispatcher_->name, " is not ready"), gen);
@@ -638,8 +652,16 @@ DataServiceStatus Planner::BuildStatus() const {
     workers = MakeCondition(kConditionWorkersReady, true, "AllWorkersReady",
                             absl::StrCat(status.ready_replicas, "/", desired, " workers ready"), gen);
   } else {
-    workers = MakeCondition(kConditionWorkersReady, false, "WorkersNotReady",
-                            absl::StrCat(status.ready_replicas, "/", desired, " workers ready"), gen);
+    std::string message = absl::StrCat(status.ready_replicas, "/", desired, " workers ready");
+    std::vector<const ObservedPod*> unschedulable;
+    for (const WorkerPod& w : workers_) {
+      if (!w.pod->ready && !w.pod->unschedulable_reason.empty()) unschedulable.push_back(w.pod);
+    }
+    if (!unschedulable.empty()) {
+      absl::StrAppend(&message, "; ", unschedulable.size(), " cannot be scheduled (", unschedulable[0]->name, ": ",
+                      SchedulingProblem(*unschedulable[0]), ")");
+    }
+    workers = MakeCondition(kConditionWorkersReady, false, "WorkersNotReady", message, gen);
   }
   // Degraded.
   std::vector<std::string> failed;

@@ -62,6 +62,23 @@ const EmitEvent* FindEvent(const ReconcileResult& r, const std::string& reason) 
   return nullptr;
 }
 
+// The notes of the `reason` events the controller emits for `r` when every API call succeeds: the
+// EmitEvent actions and the events the object actions carry, merged as the controller merges them.
+std::vector<std::string> AnnouncedNotes(const ReconcileResult& r, const std::string& reason) {
+  std::vector<EmitEvent> events;
+  for (const Action& a : r.actions) {
+    const EmitEvent* e = nullptr;
+    if (const auto* c = std::get_if<CreateObject>(&a)) e = &c->event;
+    if (const auto* d = std::get_if<DeleteObject>(&a)) e = &d->event;
+    if (const auto* p = std::get_if<PatchObject>(&a)) e = &p->event;
+    if (const auto* ev = std::get_if<EmitEvent>(&a)) e = ev;
+    if (e != nullptr && e->reason == reason) events.push_back(*e);
+  }
+  std::vector<std::string> notes;
+  for (const EmitEvent& e : RenderEvents(events)) notes.push_back(e.note);
+  return notes;
+}
+
 std::optional<json> StatusUpdate(const ReconcileResult& r) {
   auto updates = All<UpdateStatus>(r);
   if (updates.empty()) return std::nullopt;
@@ -149,6 +166,7 @@ class FakeCluster {
   std::vector<ObservedPod>& consumers() { return consumers_; }
   std::map<std::string, json>& pods() { return pods_; }
   std::map<std::string, json>& services() { return services_; }
+  std::map<std::string, json>& claims() { return claims_; }
   absl::Time now = kT0;
   Expectations expectations;
 
@@ -387,20 +405,24 @@ TEST_CASE("a new DataService gets its dispatcher, service and remote workers", "
           WorkerTemplateHash(Parsed(c.ds()), Pool::kRemote));
     CHECK_FALSE(pod["spec"].contains("affinity"));
   }
-  SECTION("an event for the dispatcher, the service and the scale, which names the workers") {
+  SECTION("an event for the dispatcher, the service and the scale, which names the workers once created") {
     for (const CreateObject& o : All<CreateObject>(r)) {
       INFO(o.name);
       if (o.kind == "Pod" && o.name != "ds-dispatcher") {
-        CHECK(o.event.reason.empty());  // announced by ScalingUp
+        CHECK(o.event.reason == "ScalingUp");  // each create carries the scale-up, naming its own pod
+        CHECK(o.event.names == std::vector<std::string>{o.name});
         continue;
       }
       CHECK(o.event.type == "Normal");
       CHECK(o.event.action == "Create");
       CHECK(o.event.note.find(o.name) != std::string::npos);
     }
-    const EmitEvent* scale = FindEvent(r, "ScalingUp");
-    REQUIRE(scale != nullptr);
-    CHECK(RenderNote(*scale) == "workers 0 -> 2 (local 0 -> 0, remote 0 -> 2); creating ds-worker-remote-[0,1]");
+    CHECK(FindEvent(r, "ScalingUp") == nullptr);  // nothing is announced before the creates
+    CHECK(AnnouncedNotes(r, "ScalingUp") ==
+          std::vector<std::string>{"workers 0 -> 2 (local 0 -> 0, remote 0 -> 2); created ds-worker-remote-[0,1]"});
+    // Only the creates that succeed are named.
+    std::vector<EmitEvent> first_only = {FindCreate(r, "ds-worker-remote-0")->event};
+    CHECK(RenderEvents(first_only)[0].note == "workers 0 -> 2 (local 0 -> 0, remote 0 -> 2); created ds-worker-remote-0");
   }
   SECTION("status reports address, selector, counts and not-ready conditions") {
     std::optional<json> st = StatusUpdate(r);
@@ -595,8 +617,8 @@ TEST_CASE("Hybrid fills local capacity first, then remote", "[reconciler][placem
     CHECK(pod["spec"]["nodeSelector"] == json({{"pool", "cpu"}}));
     CHECK(pod["spec"]["tolerations"][0]["key"] == "spot");
     CHECK_FALSE(pod["spec"].contains("affinity"));
-    CHECK(RenderNote(*FindEvent(r2, "ScalingUp")) ==
-          "workers 5 -> 8 (local 5 -> 5, remote 0 -> 3); creating ds-worker-remote-[0-2]");
+    CHECK(AnnouncedNotes(r2, "ScalingUp") ==
+          std::vector<std::string>{"workers 5 -> 8 (local 5 -> 5, remote 0 -> 3); created ds-worker-remote-[0-2]"});
   }
   SECTION("a converged service stays put: its own workers do not eat its capacity") {
     c.SetAllReady();
@@ -912,11 +934,8 @@ TEST_CASE("a big scale-up names every pod it creates in one short event", "[even
   FakeCluster c(o);
   ReconcileResult r = c.Step();
   REQUIRE(Created(r).size() == 41);
-  const EmitEvent* scale = FindEvent(r, "ScalingUp");
-  REQUIRE(scale != nullptr);
-  std::vector<EmitEvent> rendered = RenderEvents({*scale});
-  REQUIRE(rendered.size() == 1);
-  CHECK(rendered[0].note == "workers 0 -> 40 (local 0 -> 0, remote 0 -> 40); creating ds-worker-remote-[0-39]");
+  CHECK(AnnouncedNotes(r, "ScalingUp") ==
+        std::vector<std::string>{"workers 0 -> 40 (local 0 -> 0, remote 0 -> 40); created ds-worker-remote-[0-39]"});
 }
 
 TEST_CASE("events that would overflow a note are split so that every pod stays named", "[events]") {
@@ -1132,6 +1151,48 @@ TEST_CASE("template hashes ignore per-pod details and differ per pool", "[manife
   CHECK_FALSE(ParseWorkerPodName(ds, "ds-worker-local-012").has_value());
   CHECK_FALSE(ParseWorkerPodName(ds, "other-worker-remote-1").has_value());
   CHECK_FALSE(ParseWorkerPodName(ds, "ds-worker-remote-x").has_value());
+}
+
+TEST_CASE("an unschedulable dispatcher or worker is reported with the scheduler's reason, not only as not ready",
+          "[reconciler][status]") {
+  json o = BaseDataService();
+  o["spec"]["dispatcher"]["journal"] = {{"size", "1Gi"}};
+  FakeCluster c(o);
+  c.Step();
+  c.now += absl::Seconds(10);
+  // The scheduler cannot place the dispatcher: its journal claim is not bound.
+  json& dispatcher = c.pods().at("ds-dispatcher");
+  dispatcher["spec"].erase("nodeName");
+  dispatcher["status"] = json::parse(R"js({"phase": "Pending", "conditions": [{"type": "PodScheduled",
+      "status": "False", "reason": "Unschedulable",
+      "message": "0/3 nodes are available: 3 pod has unbound immediate PersistentVolumeClaims. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."}]})js");
+  c.claims().at("ds-dispatcher-journal")["status"] = {{"phase", "Pending"}};
+  json& worker = c.pods().at("ds-worker-remote-1");
+  worker["spec"].erase("nodeName");
+  worker["status"] = json::parse(R"js({"phase": "Pending", "conditions": [{"type": "PodScheduled",
+      "status": "False", "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient cpu."}]})js");
+  c.SetReady("ds-worker-remote-0");
+  ReconcileResult r = c.Step();
+  std::optional<json> st = StatusUpdate(r);
+  REQUIRE(st.has_value());
+  json d = ConditionOf(*st, "DispatcherReady");
+  CHECK(d["status"] == "False");
+  CHECK(d["reason"] == "DispatcherUnschedulable");
+  CHECK(d["message"] ==
+        "dispatcher pod ds-dispatcher cannot be scheduled: Unschedulable: 0/3 nodes are available: 3 pod has unbound "
+        "immediate PersistentVolumeClaims. preemption: 0/3 nodes are available: 3 Preemption is not helpful for "
+        "scheduling. (journal claim ds-dispatcher-journal is Pending)");
+  CHECK(ConditionOf(*st, "Ready")["reason"] == "DispatcherNotReady");
+  CHECK(ConditionOf(*st, "Ready")["message"] == d["message"]);
+  CHECK(ConditionOf(*st, "WorkersReady")["message"] ==
+        "1/2 workers ready; 1 cannot be scheduled (ds-worker-remote-1: Unschedulable: 0/3 nodes are available: 3 "
+        "Insufficient cpu.)");
+  // Scheduled after all: the dispatcher is only not ready.
+  c.pods().at("ds-dispatcher")["status"] = {{"phase", "Running"}};
+  c.now += absl::Seconds(10);
+  std::optional<json> later = StatusUpdate(c.Step());
+  REQUIRE(later.has_value());
+  CHECK(ConditionOf(*later, "DispatcherReady")["reason"] == "DispatcherPodNotReady");
 }
 
 TEST_CASE("conditions change lastTransitionTime only when their status flips", "[reconciler][status]") {
