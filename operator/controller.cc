@@ -79,6 +79,7 @@ DataServiceController::DataServiceController(kube::Client* client, OperatorOptio
   kube::Reflector* dataservices = reflector(&dataservices_, DataServices(), options_.watch_namespace, "", packed);
   dataservices->AddEventHandler(kube::EnqueueObjectHandler(&queue_));
   dataservices->AddEventHandler(ConsumerSelectorHandler());
+  dataservices->AddEventHandler(TerminatingNamespaceHandler());
   // Every pod of the cluster, compacted to what the reconciler reads (and indexed by node: the CPU
   // requested on a consumer node is summed from the cache when a reconcile reads it, see
   // operator/pod_snapshot.h).
@@ -177,6 +178,39 @@ kube::ResourceEventHandler DataServiceController::NodeHandler() {
   };
   handler.on_delete = [enqueue_local](const kube::ObjectPtr&) { enqueue_local(); };
   return handler;
+}
+
+kube::ResourceEventHandler DataServiceController::TerminatingNamespaceHandler() {
+  // A namespace marked as terminating is forgotten once it holds no DataService any more (the
+  // namespace can only finish, and be created anew, after its DataServices are gone).
+  kube::ResourceEventHandler handler;
+  handler.on_delete = [this](const kube::ObjectPtr& ds) {
+    const std::string ns = kube::NamespaceOf(*ds);
+    if (!dataservices_.ByIndex(kIndexNamespace, ns).empty()) return;
+    absl::MutexLock lock(&mu_);
+    terminating_namespaces_.erase(ns);
+  };
+  return handler;
+}
+
+bool DataServiceController::NamespaceTerminating(const std::string& ns) const {
+  absl::MutexLock lock(&mu_);
+  return terminating_namespaces_.count(ns) > 0;
+}
+
+void DataServiceController::MarkNamespaceTerminating(const std::string& ns, const std::string& key,
+                                                     const absl::Status& refusal) {
+  bool first = false;
+  {
+    absl::MutexLock lock(&mu_);
+    first = terminating_namespaces_.insert(ns).second;
+  }
+  if (options_.metrics != nullptr) options_.metrics->CountApiError("create");
+  if (first) {
+    Warn(absl::StrCat("namespace ", ns, " is being deleted; creating nothing more in it (no pods, Services, claims or "
+                      "Events) until its DataServices are gone"),
+         key, refusal);
+  }
 }
 
 absl::Status DataServiceController::Start(absl::Duration sync_timeout) {
@@ -301,6 +335,7 @@ absl::StatusOr<kube::ReconcileResult> DataServiceController::ReconcileOnce(const
     absl::MutexLock lock(&mu_);
     input.expectations = expectations_.Pending(key);
     if (auto it = drains_.find(key); it != drains_.end()) input.drain = it->second;
+    input.namespace_terminating = terminating_namespaces_.count(kube::NamespaceOf(object)) > 0;
   }
   absl::StatusOr<ReconcileResult> result = Reconcile(input);
   if (!result.ok()) {
@@ -328,8 +363,14 @@ absl::StatusOr<kube::ReconcileResult> DataServiceController::ReconcileOnce(const
 }
 
 void DataServiceController::Emit(const json& dataservice, const EmitEvent& event) {
+  const std::string ns = kube::NamespaceOf(dataservice);
+  if (NamespaceTerminating(ns)) return;
   absl::Status s = recorder_.Record(dataservice, event.type == "Warning" ? kube::EventType::kWarning : kube::EventType::kNormal,
                                     event.reason, event.action, event.note);
+  if (!s.ok() && kube::HasStatusCause(s, "NamespaceTerminating")) {
+    MarkNamespaceTerminating(ns, kube::ObjectKey(dataservice), s);
+    return;
+  }
   if (!s.ok()) {
     if (options_.metrics != nullptr) options_.metrics->CountApiError("event");
     Warn(absl::StrCat("recording event ", event.reason), kube::ObjectKey(dataservice), s);
@@ -412,7 +453,22 @@ absl::Status DataServiceController::Execute(const std::string& key, const json& 
 
   for (const Action& action : result.actions) {
     if (const auto* c = std::get_if<CreateObject>(&action)) {
+      if (NamespaceTerminating(ns)) {  // learnt from an earlier create of this pass
+        absl::MutexLock lock(&mu_);
+        expectations_.CreateFailed(key, ObjectKey(c->kind, c->name));
+        continue;
+      }
       absl::StatusOr<json> created = client_->Create(RefForKind(c->kind), ns, c->manifest, write);
+      if (!created.ok() && kube::HasStatusCause(created.status(), "NamespaceTerminating")) {
+        // The namespace is being deleted: nothing can be created in it any more, and that is not
+        // an error to retry (nor a Warning: Events are creates too).
+        {
+          absl::MutexLock lock(&mu_);
+          expectations_.CreateFailed(key, ObjectKey(c->kind, c->name));
+        }
+        MarkNamespaceTerminating(ns, key, created.status());
+        continue;
+      }
       if (created.ok()) {
         SLUICE_LOG(Info, "created").With("dataservice", key).With("kind", c->kind).With("name", c->name);
         objects_changed = true;

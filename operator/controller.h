@@ -11,6 +11,12 @@
 // key at once so that the finalizer goes. Without a drainer (options.drainer null) draining is
 // disabled: the drain counts as complete at once (workers then stop on SIGTERM).
 //
+// A namespace being deleted refuses every create (403, cause NamespaceTerminating). The first such
+// answer marks the namespace: the rest of that pass and every later reconcile of its DataServices
+// create nothing and emit no Events (ReconcileInput::namespace_terminating), until the namespace
+// holds no DataService any more. One refused create per namespace is how the operator learns it
+// (it does not watch namespaces).
+//
 // Threading: Start/Stop from one owner thread. Reflector handlers run on the reflector threads and
 // only enqueue keys. Reconciles run on the kube::Controller's worker threads, concurrently for
 // different keys, never for the same key; expectations and drain progress are guarded by mu_, which
@@ -110,6 +116,11 @@ class DataServiceController {
   void Warn(absl::string_view what, absl::string_view key, const absl::Status& status) const;
   kube::ResourceEventHandler ConsumerSelectorHandler();
   kube::ResourceEventHandler ConsumerPodHandler();
+  kube::ResourceEventHandler TerminatingNamespaceHandler();
+  // Namespaces whose deletion the API server reported (403 NamespaceTerminating on a create): the
+  // operator creates nothing more in them, Events included. Locks mu_.
+  bool NamespaceTerminating(const std::string& ns) const;
+  void MarkNamespaceTerminating(const std::string& ns, const std::string& key, const absl::Status& refusal);
   // A node appearing, going, or changing what local capacity depends on (allocatable, taints,
   // schedulability, labels) requeues every DataService that places workers locally.
   kube::ResourceEventHandler NodeHandler();
@@ -141,6 +152,8 @@ class DataServiceController {
   std::map<std::string, absl::Time> status_written_ ABSL_GUARDED_BY(mu_);
   // The consumer nodes of each DataService's last pod snapshot (the next one's first guess).
   std::map<std::string, std::set<std::string>> consumer_nodes_ ABSL_GUARDED_BY(mu_);
+  // Namespaces being deleted (see NamespaceTerminating).
+  std::set<std::string> terminating_namespaces_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace sluice::op

@@ -553,5 +553,73 @@ TEST_CASE("a dispatcher port change reaches the Service: its ports are replaced,
   controller.Stop();
 }
 
+TEST_CASE("a namespace being deleted: one create is refused, then the operator creates nothing more there",
+          "[controller][integration][namespace]") {
+  // Issue 9 §5 (b): the namespace controller deleted the pods while the DataService was still there,
+  // and the operator kept re-creating pods and Events that the server refused (129 refused writes
+  // in one run). The test server holds the DataService back (as a real namespace controller may
+  // reach it long after the pods) until the test lifts the hold.
+  ClusterWithCrd cluster;
+  kube::Client& client = *cluster.client;
+  REQUIRE(client.Create(DataServices(), "ml", json::parse(R"js({"apiVersion": "sluice.dev/v1alpha1",
+      "kind": "DataService", "metadata": {"name": "ds", "namespace": "ml"},
+      "spec": {"dispatcher": {"image": "sluice-dispatcher:dev", "journal": {"size": "1Gi"}},
+               "workers": {"image": "sluice-worker:dev", "replicas": 2},
+               "placement": {"policy": "RemoteOnly"}}})js")).ok());
+  absl::Mutex log_mu;
+  std::vector<std::string> log_lines;
+  OperatorOptions options;
+  options.workers = 1;
+  options.resync_period = absl::Hours(1);
+  options.log = [&](absl::string_view line) {
+    absl::MutexLock lock(&log_mu);
+    log_lines.emplace_back(line);
+  };
+  DataServiceController controller(&client, options);
+  REQUIRE(controller.Start(absl::Seconds(30)).ok());
+  auto pods = [&]() -> size_t {
+    absl::StatusOr<json> list = client.List(kube::resources::Pods(), "ml");
+    return list.ok() ? (*list)["items"].size() : 0;
+  };
+  auto refused = [&]() -> int64_t {
+    absl::StatusOr<json> stats = client.RequestJson("GET", "/_admin/stats");
+    return stats.ok() ? (*stats)["codes"].value("403", int64_t{0}) : -1;
+  };
+  REQUIRE(WaitFor([&] { return pods() == 3; }));
+  REQUIRE(refused() == 0);
+
+  const json hold = {{"namespaceDeletionHold", json::array({"dataservices.sluice.dev"})}};
+  REQUIRE(client.RequestJson("POST", "/_admin/config", {}, &hold).ok());
+  REQUIRE(client.Delete(kube::resources::Namespaces(), "", "ml").ok());
+  // The pods, Service and claim are gone; the DataService is not even terminating yet. The operator
+  // tries to recreate them once, is told the namespace is terminating, and stops.
+  REQUIRE(WaitFor([&] { return refused() >= 1; }));
+  // A spec change brings another pass (its status write is an update, still allowed): it creates
+  // nothing, and emits no Event.
+  REQUIRE(client.Patch(DataServices(), "ml", "ds", kube::PatchType::kMerge,
+                       json{{"spec", {{"workers", {{"replicas", 3}}}}}}).ok());
+  bool observed = WaitFor([&] {
+    absl::StatusOr<json> ds = client.Get(DataServices(), "ml", "ds");
+    return ds.ok() && ds->contains("status") && (*ds)["status"].value("observedGeneration", 0) == 2;
+  });
+  {
+    absl::MutexLock lock(&log_mu);
+    INFO(absl::StrJoin(log_lines, "\n"));
+    REQUIRE(observed);
+    CHECK(refused() == 1);
+    CHECK(pods() == 0);
+    int marked = 0;
+    for (const std::string& line : log_lines) marked += absl::StrContains(line, "namespace ml is being deleted");
+    CHECK(marked == 1);
+  }
+  // The namespace controller reaches the DataService: the operator releases it (no Event), and the
+  // namespace goes.
+  const json lift = {{"namespaceDeletionHold", json::array()}};
+  REQUIRE(client.RequestJson("POST", "/_admin/config", {}, &lift).ok());
+  CHECK(WaitFor([&] { return absl::IsNotFound(client.Get(kube::resources::Namespaces(), "", "ml").status()); }));
+  CHECK(refused() == 1);
+  controller.Stop();
+}
+
 }  // namespace
 }  // namespace sluice::op

@@ -722,7 +722,34 @@ void SetCondition(std::vector<Condition>* conditions, Condition condition, absl:
   conditions->push_back(std::move(condition));
 }
 
+namespace {
+
+// In a namespace being deleted nothing can be created: drop the creates and every Event.
+ReconcileResult WithoutCreates(ReconcileResult result) {
+  std::vector<Action> kept;
+  for (Action& a : result.actions) {
+    if (std::holds_alternative<CreateObject>(a) || std::holds_alternative<EmitEvent>(a)) continue;
+    if (auto* d = std::get_if<DeleteObject>(&a)) d->event = EmitEvent{};
+    if (auto* p = std::get_if<PatchObject>(&a)) p->event = EmitEvent{};
+    kept.push_back(std::move(a));
+  }
+  result.actions = std::move(kept);
+  return result;
+}
+
+absl::StatusOr<ReconcileResult> ReconcileFor(const ReconcileInput& in);
+
+}  // namespace
+
 absl::StatusOr<ReconcileResult> Reconcile(const ReconcileInput& in) {
+  absl::StatusOr<ReconcileResult> result = ReconcileFor(in);
+  if (result.ok() && in.namespace_terminating) return WithoutCreates(*std::move(result));
+  return result;
+}
+
+namespace {
+
+absl::StatusOr<ReconcileResult> ReconcileFor(const ReconcileInput& in) {
   absl::StatusOr<ObjectMeta> meta = ParseObjectMeta(in.dataservice);
   if (!meta.ok()) return meta.status();
   if (meta->uid.empty()) {
@@ -741,6 +768,8 @@ absl::StatusOr<ReconcileResult> Reconcile(const ReconcileInput& in) {
   if (!errors.empty()) return ReconcileInvalid(in, *meta, pods, FormatFieldErrors(errors));
   return Planner(in, *ds, std::move(pods)).Run();
 }
+
+}  // namespace
 
 void RecordExpectations(const std::string& ds_key, const ReconcileResult& result, absl::Time now,
                         Expectations* expectations) {

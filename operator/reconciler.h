@@ -140,6 +140,10 @@ struct ReconcileInput {
   PendingOperations expectations;
   // Set by the controller once it started draining (after a DrainWorkers action).
   std::optional<DrainProgress> drain;
+  // The API server refuses creates in the DataService's namespace because the namespace is being
+  // deleted (a create was answered 403 with cause NamespaceTerminating): the result then holds no
+  // creates and no Events (Events are creates too); deletes, status and finalizer writes go on.
+  bool namespace_terminating = false;
   absl::Time now = absl::UnixEpoch();
   ReconcileOptions options;
 };

@@ -1195,6 +1195,46 @@ TEST_CASE("an unschedulable dispatcher or worker is reported with the scheduler'
   CHECK(ConditionOf(*later, "DispatcherReady")["reason"] == "DispatcherPodNotReady");
 }
 
+TEST_CASE("in a namespace being deleted nothing is created and no Event is emitted; deletes and status go on",
+          "[reconciler][deletion]") {
+  FakeCluster c(BaseDataService());
+  c.Converge();
+  // The namespace controller deleted the pods; the DataService is not deleted yet.
+  c.pods().clear();
+  ReconcileInput in = c.Input();
+  in.namespace_terminating = true;
+  absl::StatusOr<ReconcileResult> r = Reconcile(in);
+  REQUIRE(r.ok());
+  CHECK(All<CreateObject>(*r).empty());
+  CHECK(All<EmitEvent>(*r).empty());
+  CHECK(StatusUpdate(*r).has_value());  // status patches are updates, still allowed
+  // Without the mark the same pass would recreate the dispatcher and the workers.
+  ReconcileInput normal = c.Input();
+  absl::StatusOr<ReconcileResult> would = Reconcile(normal);
+  REQUIRE(would.ok());
+  CHECK(All<CreateObject>(*would).size() == 3);
+  // Deletes keep going, without their events.
+  c.Converge();
+  c.ds()["spec"]["workers"]["replicas"] = 1;
+  ReconcileInput shrink = c.Input();
+  shrink.namespace_terminating = true;
+  absl::StatusOr<ReconcileResult> down = Reconcile(shrink);
+  REQUIRE(down.ok());
+  REQUIRE(All<DeleteObject>(*down).size() == 1);
+  CHECK(All<DeleteObject>(*down)[0].event.reason.empty());
+  CHECK(All<EmitEvent>(*down).empty());
+  // And the deletion path (the namespace controller reached the DataService after its pods) releases
+  // the finalizer without its Drained Event.
+  c.pods().clear();
+  c.ds()["metadata"]["deletionTimestamp"] = FormatKubeTime(c.now);
+  ReconcileInput deleting = c.Input();
+  deleting.namespace_terminating = true;
+  absl::StatusOr<ReconcileResult> release = Reconcile(deleting);
+  REQUIRE(release.ok());
+  CHECK(All<RemoveFinalizer>(*release).size() == 1);
+  CHECK(All<EmitEvent>(*release).empty());
+}
+
 TEST_CASE("conditions change lastTransitionTime only when their status flips", "[reconciler][status]") {
   FakeCluster c(BaseDataService());
   c.Step();  // at kT0: nothing exists yet
