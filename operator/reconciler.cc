@@ -121,7 +121,23 @@ ReconcileResult ReconcileDeletion(const ReconcileInput& in, const ObjectMeta& me
   absl::StatusOr<DataService> ds = ParseDataService(in.dataservice);
   absl::Time deadline = *meta.deletion_timestamp + in.options.drain_timeout;
 
-  if (workers.empty()) {
+  if (meta.HasFinalizer(kForegroundDeletionFinalizer)) {
+    // Foreground deletion: the garbage collector deletes every dependent now, whatever finalizers
+    // hold this object, and a deleted pod's containers are stopped by its kubelet whatever
+    // finalizers hold the pod. Nothing the operator can set keeps the workers running for a drain.
+    result.actions.push_back(Event(
+        "Warning", "DrainSkipped", "Drain",
+        absl::StrCat("deleted with propagationPolicy Foreground (kubectl delete --cascade=foreground; Argo CD's "
+                     "default): garbage collection deletes the dispatcher and the ", workers.size(),
+                     " workers together with the DataService, so they cannot be drained through the dispatcher; "
+                     "each worker stops on SIGTERM with its own short shutdown drain, and readers may lose what was "
+                     "not yet delivered. Delete with propagationPolicy Background (kubectl's default) to drain first; "
+                     "releasing the DataService")));
+  } else if (workers.empty() && meta.HasFinalizer(kOrphanFinalizer)) {
+    result.actions.push_back(Event("Normal", "Drained", "Drain",
+                                   "deleted with propagationPolicy Orphan: its pods keep running without an owner and "
+                                   "are not drained; releasing the DataService"));
+  } else if (workers.empty()) {
     result.actions.push_back(Event("Normal", "Drained", "Drain", "no workers left to drain; releasing the DataService"));
   } else if (in.drain.has_value() && in.drain->complete) {
     result.actions.push_back(Event("Normal", "Drained", "Drain",

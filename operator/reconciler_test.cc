@@ -1520,6 +1520,30 @@ TEST_CASE("deletion drains workers through the dispatcher, then releases the fin
     CHECK(All<RemoveFinalizer>(*empty).size() == 1);
     CHECK(All<DrainWorkers>(*empty).empty());
   }
+  SECTION("foreground deletion: garbage collection takes the pods now, so the drain is skipped and said why") {
+    // The API server adds foregroundDeletion; the collector deletes the pods in parallel. Even while
+    // the dispatcher still looks ready, a drain through it cannot hold them.
+    in.dataservice["metadata"]["finalizers"] = json::array({"sluice.dev/drain", "foregroundDeletion"});
+    absl::StatusOr<ReconcileResult> fg = Reconcile(in);
+    REQUIRE(fg.ok());
+    CHECK(All<DrainWorkers>(*fg).empty());
+    CHECK(All<RemoveFinalizer>(*fg).size() == 1);
+    const EmitEvent* skipped = FindEvent(*fg, "DrainSkipped");
+    REQUIRE(skipped != nullptr);
+    CHECK(skipped->type == "Warning");
+    CHECK(absl::StrContains(skipped->note, "propagationPolicy Foreground"));
+    CHECK(absl::StrContains(skipped->note, "the dispatcher and the 2 workers"));
+    CHECK(absl::StrContains(skipped->note, "Delete with propagationPolicy Background"));
+    CHECK(skipped->note.size() <= kMaxEventNoteBytes);
+  }
+  SECTION("orphan deletion: the pods keep running unowned and are not drained") {
+    in.dataservice["metadata"]["finalizers"] = json::array({"sluice.dev/drain", "orphan"});
+    in.owned_pods.clear();  // the collector removed their ownerReferences
+    absl::StatusOr<ReconcileResult> orphaned = Reconcile(in);
+    REQUIRE(orphaned.ok());
+    CHECK(All<RemoveFinalizer>(*orphaned).size() == 1);
+    CHECK(absl::StrContains(FindEvent(*orphaned, "Drained")->note, "propagationPolicy Orphan"));
+  }
   SECTION("without our finalizer there is nothing to do") {
     in.dataservice["metadata"]["finalizers"] = json::array({"other.example/keep"});
     absl::StatusOr<ReconcileResult> none = Reconcile(in);
