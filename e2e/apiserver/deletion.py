@@ -168,6 +168,21 @@ class DeletionMixin:
                 self._delete_stored(rtype, stored,
                                     DeleteOptions(propagation="Foreground" if own_dependents else "Background"))
 
+    def collect_new_dependent(self, rtype, stored):
+        """A dependent created while one of its owners waits in foreground deletion for its dependents: the garbage
+        collector deletes it too (attemptToDeleteItem: no solid owner, an owner waiting for dependents), or that
+        owner would wait for it forever. Caller holds the lock."""
+        refs = (stored.obj.get("metadata") or {}).get("ownerReferences") or []
+        if not refs or any(self._solid_owner(r) for r in refs):
+            return
+        for ref in refs:
+            where = self.store.uid_index.get(ref.get("uid"))
+            owner = self.store.get(*where) if where is not None else None
+            meta = (owner.obj.get("metadata") or {}) if owner is not None else {}
+            if meta.get("deletionTimestamp") and FOREGROUND in (meta.get("finalizers") or []):
+                self._delete_stored(rtype, stored, DeleteOptions(propagation="Background"))
+                return
+
     def _solid_owner(self, ref):
         """An owner that exists and is not being deleted."""
         where = self.store.uid_index.get(ref.get("uid"))

@@ -416,6 +416,7 @@ class Registry(DeletionMixin):
             stored = self.store.commit(rtype.storage, key, stored_obj, ADDED)
             if rtype.resource == "customresourcedefinitions" and rtype.group == "apiextensions.k8s.io":
                 self._establish_crd(stored)
+            self.collect_new_dependent(rtype, stored)
             return stored
 
     # ------------------------------------------------------------------------------------ update

@@ -263,3 +263,18 @@ def test_a_namespace_deletion_hold_leaves_named_resources_until_lifted(kube, ns,
     with pytest.raises(ApiException) as exc:
         kube.call("POST", "/_admin/config", {"namespaceDeletionHold": "widgets"})
     assert exc.value.status == 400
+
+
+def test_a_dependent_created_while_its_owner_waits_in_foreground_is_collected(kube, ns):
+    """A controller with a stale cache may create a dependent after the collector deleted the others; the real
+    collector deletes it too, or the owner would wait for it forever."""
+    owner = kube.create(WIDGETS % ns, widget("late", ns, finalizers=["sluice.dev/drain"]))
+    kube.create(PODS % ns, owned_pod("first", owner, finalizers=["test/hold"]))
+    kube.delete(WIDGETS % ns + "/late", body={"propagationPolicy": "Foreground"})
+    late = kube.create(PODS % ns, owned_pod("second", owner))
+    assert late["metadata"]["name"] == "second"  # the create succeeds ...
+    with pytest.raises(ApiException) as exc:     # ... and the collector removes it (unbound: at once)
+        kube.get(PODS % ns + "/second")
+    assert exc.value.status == 404
+    kube.json_patch(PODS % ns + "/first", [{"op": "remove", "path": "/metadata/finalizers"}])
+    assert kube.get(WIDGETS % ns + "/late")["metadata"]["finalizers"] == ["sluice.dev/drain"]
