@@ -125,11 +125,15 @@ ReconcileResult ReconcileDeletion(const ReconcileInput& in, const ObjectMeta& me
     // Foreground deletion: the garbage collector deletes every dependent now, whatever finalizers
     // hold this object, and a deleted pod's containers are stopped by its kubelet whatever
     // finalizers hold the pod. Nothing the operator can set keeps the workers running for a drain.
+    // (The workers counted are those not yet ended, the collector's deletes already seen or not.)
+    int64_t going = 0;
+    for (const ObservedPod* p : pods) going += IsWorker(*p) && !p->Finished();
     result.actions.push_back(Event(
         "Warning", "DrainSkipped", "Drain",
         absl::StrCat("deleted with propagationPolicy Foreground (kubectl delete --cascade=foreground; Argo CD's "
-                     "default): garbage collection deletes the dispatcher and the ", workers.size(),
-                     " workers together with the DataService, so they cannot be drained through the dispatcher; "
+                     "default): garbage collection deletes the dispatcher and the ",
+                     going > 0 ? absl::StrCat(going, " ") : "",
+                     "workers together with the DataService, so they cannot be drained through the dispatcher; "
                      "each worker stops on SIGTERM with its own short shutdown drain, and readers may lose what was "
                      "not yet delivered. Delete with propagationPolicy Background (kubectl's default) to drain first; "
                      "releasing the DataService")));

@@ -1535,6 +1535,11 @@ TEST_CASE("deletion drains workers through the dispatcher, then releases the fin
     CHECK(absl::StrContains(skipped->note, "the dispatcher and the 2 workers"));
     CHECK(absl::StrContains(skipped->note, "Delete with propagationPolicy Background"));
     CHECK(skipped->note.size() <= kMaxEventNoteBytes);
+    // Already being deleted by the collector when the operator looks: still counted.
+    for (ObservedPod& p : in.owned_pods) p.terminating = true;
+    absl::StatusOr<ReconcileResult> later = Reconcile(in);
+    REQUIRE(later.ok());
+    CHECK(absl::StrContains(FindEvent(*later, "DrainSkipped")->note, "the dispatcher and the 2 workers"));
   }
   SECTION("orphan deletion: the pods keep running unowned and are not drained") {
     in.dataservice["metadata"]["finalizers"] = json::array({"sluice.dev/drain", "orphan"});
