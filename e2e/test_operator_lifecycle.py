@@ -401,3 +401,23 @@ def test_deleting_the_namespace_costs_one_refused_create_not_a_stream_of_them(en
                      60, "namespace doomed to go")
     assert operator_refusals() - before == 1
     assert operator.log().count("namespace doomed is being deleted") == 1
+
+
+def test_an_unschedulable_dispatcher_is_reported_with_the_schedulers_reason(env):
+    """Issue 9 §5 (c): a dispatcher the scheduler cannot place was reported only as "not ready"; the condition now
+    carries the scheduler's PodScheduled=False reason and message."""
+    cluster, _ = env
+    cluster.apply(dataservice("stuck", replicas=1, dispatcher={"nodeSelector": {"sluice.e2e/pool": "nowhere"}}),
+                  namespace=NS)
+
+    def reported():
+        c = condition(get_ds(cluster, "stuck"), "DispatcherReady")
+        return c if c.get("reason") == "DispatcherUnschedulable" else None
+
+    c = cluster.wait_for(reported, 60, "DispatcherReady=False, DispatcherUnschedulable")
+    assert c["status"] == "False"
+    assert c["message"].startswith("dispatcher pod stuck-dispatcher cannot be scheduled: Unschedulable: 0/"), c
+    ready = condition(get_ds(cluster, "stuck"), "Ready")
+    assert ready["reason"] == "DispatcherNotReady" and ready["message"] == c["message"]
+    cluster.delete(GROUP_VERSION, "DataService", "stuck", NS)
+    cluster.wait_for_deletion(GROUP_VERSION, "DataService", "stuck", NS, timeout=60)
