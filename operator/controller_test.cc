@@ -468,7 +468,7 @@ TEST_CASE("a trainer bound after the DataService: the local pool never exceeds w
   // Every local worker ever created is named in an Event (only successful creates are announced):
   // local-0..5, and none was deleted again.
   std::set<std::string> created_local;
-  for (const std::string& reason : {"CreatedWorker", "ScalingUp"}) {
+  for (const char* reason : {"CreatedWorker", "ScalingUp"}) {
     for (const std::string& note : EventNotes(client, reason)) {
       for (const std::string& name : testing::NamesIn(note, "ds-worker-local-")) created_local.insert(name);
     }
