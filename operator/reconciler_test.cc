@@ -1195,7 +1195,7 @@ TEST_CASE("an unschedulable dispatcher or worker is reported with the scheduler'
   CHECK(ConditionOf(*later, "DispatcherReady")["reason"] == "DispatcherPodNotReady");
 }
 
-TEST_CASE("in a namespace being deleted nothing is created and no Event is emitted; deletes and status go on",
+TEST_CASE("in a namespace being deleted nothing is created and no Event is emitted, deletes and status go on",
           "[reconciler][deletion]") {
   FakeCluster c(BaseDataService());
   c.Converge();
