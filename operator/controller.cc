@@ -86,6 +86,7 @@ DataServiceController::DataServiceController(kube::Client* client, OperatorOptio
   kube::Reflector* pods = reflector(&pods_, kube::resources::Pods(), "", "", PackPod);
   pods->AddEventHandler(kube::EnqueueControllerOwnerHandler(&queue_, kKind));
   pods->AddEventHandler(ConsumerPodHandler());
+  pods->AddEventHandler(ConsumerNodePodHandler());
   reflector(&services_, kube::resources::Services(), options_.watch_namespace, ManagedSelector(), packed)
       ->AddEventHandler(kube::EnqueueControllerOwnerHandler(&queue_, kKind));
   reflector(&claims_, PersistentVolumeClaims(), options_.watch_namespace, ManagedSelector(), packed)
@@ -145,6 +146,33 @@ kube::ResourceEventHandler DataServiceController::ConsumerPodHandler() {
   handler.on_update = [enqueue](const kube::ObjectPtr& old_pod, const kube::ObjectPtr& new_pod) {
     enqueue(old_pod);
     enqueue(new_pod);
+  };
+  handler.on_delete = enqueue;
+  return handler;
+}
+
+kube::ResourceEventHandler DataServiceController::ConsumerNodePodHandler() {
+  // Any pod appearing on, changing on or leaving a node that runs a DataService's consumers changes
+  // the CPU left there: requeue that DataService (its own pods requeue it anyway).
+  static const kube::IndexFunc node_of = IndexByPodNode();
+  auto enqueue = [this](const kube::ObjectPtr& pod) {
+    if (pod == nullptr) return;
+    std::vector<std::string> nodes = node_of(*pod);
+    if (nodes.empty()) return;
+    std::vector<std::string> keys;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const auto& [key, consumer_nodes] : consumer_nodes_) {
+        if (consumer_nodes.count(nodes[0])) keys.push_back(key);
+      }
+    }
+    for (const std::string& key : keys) queue_.Add(key);
+  };
+  kube::ResourceEventHandler handler;
+  handler.on_add = enqueue;
+  handler.on_update = [enqueue](const kube::ObjectPtr& before, const kube::ObjectPtr& after) {
+    enqueue(before);
+    enqueue(after);
   };
   handler.on_delete = enqueue;
   return handler;

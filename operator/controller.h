@@ -116,6 +116,7 @@ class DataServiceController {
   void Warn(absl::string_view what, absl::string_view key, const absl::Status& status) const;
   kube::ResourceEventHandler ConsumerSelectorHandler();
   kube::ResourceEventHandler ConsumerPodHandler();
+  kube::ResourceEventHandler ConsumerNodePodHandler();
   kube::ResourceEventHandler TerminatingNamespaceHandler();
   // Namespaces whose deletion the API server reported (403 NamespaceTerminating on a create): the
   // operator creates nothing more in them, Events included. Locks mu_.

@@ -480,6 +480,17 @@ TEST_CASE("a trainer bound after the DataService: the local pool never exceeds w
     INFO(note);
     CHECK(testing::NamesIn(note, "ds-worker-local-").empty());
   }
+
+  // Someone else's pod lands on the node (not a consumer, in another namespace): the CPU it takes
+  // requeues the DataService (resync is off), and the local pool shrinks to (32 - 16) * 0.5 / 2 = 4.
+  REQUIRE(client.Create(kube::resources::Namespaces(), "", json{{"apiVersion", "v1"}, {"kind", "Namespace"},
+                                                              {"metadata", {{"name", "other"}}}}).ok());
+  REQUIRE(client.Create(kube::resources::Pods(), "other", json::parse(R"js({"apiVersion": "v1", "kind": "Pod",
+      "metadata": {"name": "hog"}, "spec": {"nodeName": "gpu-1",
+      "containers": [{"name": "h", "image": "hog:dev", "resources": {"requests": {"cpu": "8"}}}]}})js")).ok());
+  bool shrunk = WaitFor([&] { return status_is(4, 4, 4); });
+  INFO(get_ds().dump());
+  CHECK(shrunk);
   controller.Stop();
 }
 
