@@ -84,13 +84,18 @@ DataServiceController::DataServiceController(kube::Client* client, OperatorOptio
   // requested on a consumer node is summed from the cache when a reconcile reads it, see
   // operator/pod_snapshot.h).
   kube::Reflector* pods = reflector(&pods_, kube::resources::Pods(), "", "", PackPod);
+  pods->AddEventHandler(ExpectationsHandler("Pod"));
   pods->AddEventHandler(kube::EnqueueControllerOwnerHandler(&queue_, kKind));
   pods->AddEventHandler(ConsumerPodHandler());
   pods->AddEventHandler(ConsumerNodePodHandler());
-  reflector(&services_, kube::resources::Services(), options_.watch_namespace, ManagedSelector(), packed)
-      ->AddEventHandler(kube::EnqueueControllerOwnerHandler(&queue_, kKind));
-  reflector(&claims_, PersistentVolumeClaims(), options_.watch_namespace, ManagedSelector(), packed)
-      ->AddEventHandler(kube::EnqueueControllerOwnerHandler(&queue_, kKind));
+  kube::Reflector* services =
+      reflector(&services_, kube::resources::Services(), options_.watch_namespace, ManagedSelector(), packed);
+  services->AddEventHandler(ExpectationsHandler("Service"));
+  services->AddEventHandler(kube::EnqueueControllerOwnerHandler(&queue_, kKind));
+  kube::Reflector* claims =
+      reflector(&claims_, PersistentVolumeClaims(), options_.watch_namespace, ManagedSelector(), packed);
+  claims->AddEventHandler(ExpectationsHandler("PersistentVolumeClaim"));
+  claims->AddEventHandler(kube::EnqueueControllerOwnerHandler(&queue_, kKind));
   reflector(&nodes_, kube::resources::Nodes(), "", "", CompactNode)->AddEventHandler(NodeHandler());
 }
 
@@ -148,6 +153,32 @@ kube::ResourceEventHandler DataServiceController::ConsumerPodHandler() {
     enqueue(new_pod);
   };
   handler.on_delete = enqueue;
+  return handler;
+}
+
+kube::ResourceEventHandler DataServiceController::ExpectationsHandler(std::string kind) {
+  // An object of ours seen added satisfies its expected create, seen deleted its expected delete,
+  // even when no reconcile runs in between: a pod created and deleted again (by a namespace deletion,
+  // an eviction) before a reconcile looked would otherwise hold the expectations until their timeout.
+  auto observed = [this, kind](const kube::ObjectPtr& o, bool added) {
+    if (o == nullptr) return;
+    std::optional<kube::PackedController> ref = kube::PackedControllerOf(*o);
+    if (!ref.has_value() || ref->kind != kKind) return;
+    const std::string ns = kube::NamespaceOf(*o);
+    const std::string key = ns.empty() ? ref->name : absl::StrCat(ns, "/", ref->name);
+    kube::ObjectPtr owner = dataservices_.Get(key);
+    if (owner == nullptr || kube::UidOf(kube::UnpackObject(*owner)) != ref->uid) return;  // someone else's
+    const std::string object_key = ObjectKey(kind, kube::NameOf(*o));
+    absl::MutexLock lock(&mu_);
+    if (added) {
+      expectations_.CreationObserved(key, object_key);
+    } else {
+      expectations_.DeletionObserved(key, object_key);
+    }
+  };
+  kube::ResourceEventHandler handler;
+  handler.on_add = [observed](const kube::ObjectPtr& o) { observed(o, true); };
+  handler.on_delete = [observed](const kube::ObjectPtr& o) { observed(o, false); };
   return handler;
 }
 

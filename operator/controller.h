@@ -117,6 +117,8 @@ class DataServiceController {
   kube::ResourceEventHandler ConsumerSelectorHandler();
   kube::ResourceEventHandler ConsumerPodHandler();
   kube::ResourceEventHandler ConsumerNodePodHandler();
+  // Clears the expectation an added (created) or deleted object of `kind` satisfies.
+  kube::ResourceEventHandler ExpectationsHandler(std::string kind);
   kube::ResourceEventHandler TerminatingNamespaceHandler();
   // Namespaces whose deletion the API server reported (403 NamespaceTerminating on a create): the
   // operator creates nothing more in them, Events included. Locks mu_.

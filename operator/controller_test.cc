@@ -543,7 +543,7 @@ TEST_CASE("a dispatcher port change reaches the Service: its ports are replaced,
   bool agreed = WaitFor([&] {
     absl::StatusOr<json> ds = client.Get(DataServices(), "ml", "ds");
     return ds.ok() && ports() == json::parse(R"js([["grpc", 6000, 6000], ["metrics", 6001, 6001]])js") &&
-           (*ds)["status"].value("dispatcherAddress", "") == "ds-dispatcher.ml.svc:6000" &&
+           ds->contains("status") && (*ds)["status"].value("dispatcherAddress", "") == "ds-dispatcher.ml.svc:6000" &&
            worker_address() == "--dispatcher_address=ds-dispatcher.ml.svc:6000";
   });
   {
