@@ -60,3 +60,48 @@ def test_what_only_the_operator_can_judge_is_a_degraded_condition_naming_the_fie
                      .get("status") == "False", 30, "Degraded=False")
     cluster.wait_for(lambda: len(live_pods(cluster, "bad", "sluice.dev/dataservice=d,sluice.dev/role=worker")) == 2,
                      30, "2 worker pods")
+
+
+# What a real API server accepts although it makes no sense (recorded in dataservice-validation.json: exchange 50,
+# quantities are not checked; exchange 23, a Hybrid consumerSelector {}). The operator must say so, naming the
+# field and what to do, and must not act on it.
+@pytest.mark.parametrize("name, change, expected", [
+    ("quantities", {"dispatcher": {"journal": {"size": "big"}},
+                    "workers": {"resources": {"requests": {"cpu": "two", "memory": "lots"}}}},
+     ['spec.dispatcher.journal.size: invalid quantity "big"',
+      'spec.workers.resources.requests.cpu: invalid quantity "two"',
+      'spec.workers.resources.requests.memory: invalid quantity "lots"',
+      "expected a number with an optional suffix such as 500m, 2, 1.5, 1Gi or 4e3"]),
+    ("emptysel", {"placement": {"policy": "Hybrid", "consumerSelector": {}}},
+     ["spec.placement.consumerSelector: must not be empty",
+      "select the trainer pods with matchLabels or matchExpressions, or use policy RemoteOnly"]),
+    ("overlimit", {"workers": {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}},
+     ["spec.workers.resources.requests.cpu: 2 is above the limit 1 (spec.workers.resources.limits.cpu)",
+      "lower the request or raise the limit"]),
+])
+def test_what_the_server_accepts_but_makes_no_sense_is_reported_and_not_acted_on(env, name, change, expected):
+    cluster, _ = env
+    created = cluster.client.create(cluster.client.resource_path(GROUP_VERSION, "dataservices", "bad"),
+                                    dataservice(name, replicas=2, **change))
+    assert created["metadata"]["name"] == name  # the API server takes it
+
+    def degraded():
+        ds = cluster.get(GROUP_VERSION, "DataService", name, "bad")
+        return ds if condition(ds, "Degraded").get("status") == "True" else None
+
+    ds = cluster.wait_for(degraded, 30, "Degraded=True for %s" % name)
+    c = condition(ds, "Degraded")
+    assert c["reason"] == "InvalidSpec"
+    for text in expected:
+        assert text in c["message"], c["message"]
+    assert condition(ds, "Ready")["reason"] == "InvalidSpec"
+    warnings = [e for e in cluster.client.get("/apis/events.k8s.io/v1/namespaces/bad/events")["items"]
+                if e["reason"] == "InvalidSpec" and e["regarding"]["name"] == name]
+    assert len(warnings) == 1 and warnings[0]["type"] == "Warning"
+    for text in expected:
+        assert text in warnings[0]["note"]
+    assert live_pods(cluster, "bad", "sluice.dev/dataservice=%s" % name) == []
+    assert cluster.client.get("/api/v1/namespaces/bad/services",
+                              {"labelSelector": "sluice.dev/dataservice=%s" % name})["items"] == []
+    cluster.delete(GROUP_VERSION, "DataService", name, "bad")
+    cluster.wait_for_deletion(GROUP_VERSION, "DataService", name, "bad")

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 
 namespace sluice::kube {
@@ -124,6 +125,13 @@ absl::Status StatusFromStatusObject(const json& status, int fallback_http_code, 
                                      cause_message));
       }
       absl::StrAppend(&text, " [causes: ", absl::StrJoin(parts, "; "), "]");
+      std::vector<std::string> reasons;
+      for (const json& cause : *causes) {
+        if (std::string r = StringField(cause, "reason"); !r.empty()) reasons.push_back(std::move(r));
+      }
+      absl::Status out = WithKubeDetails(absl::Status(CodeFor(code, reason), text), reason, code);
+      if (!reasons.empty()) out.SetPayload(kCausesPayload, absl::Cord(absl::StrJoin(reasons, ",")));
+      return out;
     }
   }
   return WithKubeDetails(absl::Status(CodeFor(code, reason), text), reason, code);
@@ -152,6 +160,15 @@ int KubeHttpCode(const absl::Status& status) {
   int value = 0;
   if (!code || !absl::SimpleAtoi(*code, &value)) return 0;
   return value;
+}
+
+bool HasStatusCause(const absl::Status& status, absl::string_view cause) {
+  std::optional<std::string> causes = PayloadString(status, kCausesPayload);
+  if (!causes) return false;
+  for (absl::string_view c : absl::StrSplit(*causes, ',')) {
+    if (c == cause) return true;
+  }
+  return false;
 }
 
 bool IsConflict(const absl::Status& s) { return s.code() == absl::StatusCode::kAborted; }

@@ -23,6 +23,8 @@ namespace sluice::kube {
 // Payload type URLs carrying the Kubernetes reason (e.g. "Conflict") and HTTP code (e.g. "409").
 inline constexpr absl::string_view kReasonPayload = "type.sluice.dev/kube.reason";
 inline constexpr absl::string_view kHttpCodePayload = "type.sluice.dev/kube.code";
+// The `reason` of every cause in the Status's details, comma-separated (e.g. "NamespaceTerminating").
+inline constexpr absl::string_view kCausesPayload = "type.sluice.dev/kube.causes";
 
 // `body` is the raw response body (a Status object, or anything else a proxy may send);
 // `what` names the request, e.g. "GET /api/v1/namespaces/x/pods/y".
@@ -35,6 +37,11 @@ absl::Status StatusFromStatusObject(const nlohmann::json& status, int fallback_h
 std::string KubeReason(const absl::Status& status);
 // The HTTP code, or 0 if the status carries none.
 int KubeHttpCode(const absl::Status& status);
+
+// Whether the Status named a cause of this type (details.causes[].reason), like client-go's
+// HasStatusCause: e.g. "NamespaceTerminating" on the 403 refusing a create in a namespace that is
+// being deleted, or "FieldManagerConflict" on a 409 from server-side apply.
+bool HasStatusCause(const absl::Status& status, absl::string_view cause);
 
 // NotFound and AlreadyExists need no helper: use absl::IsNotFound / absl::IsAlreadyExists.
 // A write lost a race: 409 Conflict, or a failed guard (`test` op) of a guarded JSON patch.

@@ -58,6 +58,23 @@ TEST_CASE("recorded SSA conflict keeps the conflicting field in the message") {
   CHECK(std::string(missing_manager.message()).find("fieldManager") != std::string::npos);
 }
 
+TEST_CASE("HasStatusCause finds a cause's reason: recorded SSA conflicts, and a NamespaceTerminating 403") {
+  absl::Status conflict = FromFixture("server-side-apply", 1);
+  CHECK(HasStatusCause(conflict, "FieldManagerConflict"));
+  CHECK_FALSE(HasStatusCause(conflict, "FieldManager"));
+  CHECK_FALSE(HasStatusCause(FromFixture("crud", 2), "NotFound"));  // a reason, not a cause
+  CHECK_FALSE(HasStatusCause(absl::OkStatus(), "FieldManagerConflict"));
+  // Not recorded: the NamespaceLifecycle admission plugin's answer (Kubernetes'
+  // plugin/pkg/admission/namespace/lifecycle), as the test API server gives it.
+  absl::Status terminating = StatusFromResponse(403, R"js({"kind": "Status", "apiVersion": "v1", "metadata": {},
+      "status": "Failure", "message": "pods \"p\" is forbidden: unable to create new content in namespace ml because it is being terminated",
+      "reason": "Forbidden", "details": {"name": "p", "kind": "pods", "causes": [{"reason": "NamespaceTerminating",
+      "message": "namespace ml is being terminated", "field": "metadata.namespace"}]}, "code": 403})js", "POST");
+  CHECK(IsForbidden(terminating));
+  CHECK(HasStatusCause(terminating, "NamespaceTerminating"));
+  CHECK_FALSE(HasStatusCause(FromFixture("auth-errors", 1), "NamespaceTerminating"));  // an RBAC 403
+}
+
 TEST_CASE("recorded 400 / 401 and 403 map to InvalidArgument / Unauthenticated / PermissionDenied") {
   CHECK(FromFixture("validation", 3).code() == absl::StatusCode::kInvalidArgument);
   CHECK(KubeReason(FromFixture("validation", 3)) == "BadRequest");

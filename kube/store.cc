@@ -90,6 +90,19 @@ std::vector<std::string> Store::Keys() const {
 
 std::vector<ObjectPtr> Store::ByIndex(absl::string_view index, absl::string_view value) const {
   absl::MutexLock lock(&mu_);
+  return ByIndexLocked(index, value);
+}
+
+std::vector<std::vector<ObjectPtr>> Store::ByIndexes(
+    const std::vector<std::pair<std::string, std::string>>& lookups) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::vector<ObjectPtr>> out;
+  out.reserve(lookups.size());
+  for (const auto& [index, value] : lookups) out.push_back(ByIndexLocked(index, value));
+  return out;
+}
+
+std::vector<ObjectPtr> Store::ByIndexLocked(absl::string_view index, absl::string_view value) const {
   std::vector<ObjectPtr> out;
   auto idx = indexes_.find(index);
   if (idx == indexes_.end()) return out;

@@ -58,6 +58,11 @@ class Store {
   std::vector<std::string> Keys() const;
   // Objects whose index `index` yields `value` (empty if the index does not exist).
   std::vector<ObjectPtr> ByIndex(absl::string_view index, absl::string_view value) const;
+  // Several ByIndex lookups (index name, value) answered from one state of the store: no change is
+  // applied between them, so objects read through different indexes are consistent with each other
+  // (what a reconcile needs when it combines, say, a namespace's pods with the pods on some nodes).
+  std::vector<std::vector<ObjectPtr>> ByIndexes(
+      const std::vector<std::pair<std::string, std::string>>& lookups) const;
   size_t size() const;
 
   // Writers (used by the Reflector). Upsert returns the previous object (or null).
@@ -67,6 +72,8 @@ class Store {
   ReplaceDelta Replace(std::vector<ObjectPtr> objects);
 
  private:
+  std::vector<ObjectPtr> ByIndexLocked(absl::string_view index, absl::string_view value) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void IndexLocked(const std::string& key, const nlohmann::json& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnindexLocked(const std::string& key, const nlohmann::json& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

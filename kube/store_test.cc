@@ -2,6 +2,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <string>
+#include <thread>
+
 #include "kube/resource.h"
 
 namespace sluice::kube {
@@ -47,6 +51,48 @@ TEST_CASE("store keys objects by namespace/name and keeps indexes current") {
   CHECK(store.Remove("a/p1") == nullptr);
   CHECK(store.ByIndex("role", "dispatcher").size() == 1);
   CHECK(store.ByIndex("owner", "u1").size() == 1);
+}
+
+TEST_CASE("store ByIndexes answers several lookups from one state, also while a writer moves objects") {
+  Store store;
+  REQUIRE(store.AddIndex("role", IndexByLabel("role")).ok());
+  store.Upsert(Pod("a", "p", "1", "worker"));
+  store.Upsert(Pod("a", "q", "1", "dispatcher"));
+  std::vector<std::vector<ObjectPtr>> got =
+      store.ByIndexes({{"role", "worker"}, {"role", "dispatcher"}, {"nope", "x"}, {"role", "none"}});
+  REQUIRE(got.size() == 4);
+  CHECK(got[0].size() == 1);
+  CHECK(NameOf(*got[0][0]) == "p");
+  CHECK(got[1].size() == 1);
+  CHECK(got[2].empty());
+  CHECK(got[3].empty());
+
+  // A writer flips "p" between the two roles; every combined read sees it in exactly one of them.
+  // 2000 lookups of absent values between the two make the read long, so that separate ByIndex
+  // calls would see "p" in neither or in both in most reads.
+  const ObjectPtr versions[2] = {Pod("a", "p", "2", "worker"), Pod("a", "p", "3", "dispatcher")};
+  std::vector<std::pair<std::string, std::string>> lookups = {{"role", "worker"}};
+  for (int i = 0; i < 2000; ++i) lookups.emplace_back("role", "absent-" + std::to_string(i));
+  lookups.emplace_back("role", "dispatcher");
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> flips{0};
+  std::thread writer([&] {
+    for (int i = 0; !stop.load(); ++i) {
+      store.Upsert(versions[i % 2]);
+      flips.fetch_add(1);
+    }
+  });
+  int inconsistent = 0, reads = 0;
+  // Until the writer has moved "p" many times while we read (a count, not a time limit).
+  while (reads < 200 || flips.load() < 20000) {
+    std::vector<std::vector<ObjectPtr>> both = store.ByIndexes(lookups);
+    if (both.front().size() + both.back().size() != 2) ++inconsistent;
+    ++reads;
+  }
+  stop = true;
+  writer.join();
+  INFO(reads << " reads, " << flips.load() << " moves");
+  CHECK(inconsistent == 0);
 }
 
 TEST_CASE("store Replace reports added / updated and deleted - index added late covers old objects") {

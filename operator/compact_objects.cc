@@ -129,10 +129,18 @@ json CompactPod(json&& pod) {
         } else {
           json kept = json::array();
           for (json& c : *conds) {
-            if (!c.is_object() || !c.contains("type") || c["type"] != "Ready") continue;
-            json ready = {{"type", "Ready"}};
-            if (c.contains("status")) ready["status"] = std::move(c["status"]);
-            kept.push_back(std::move(ready));
+            if (!c.is_object() || !c.contains("type")) continue;
+            if (c["type"] == "Ready") {
+              json ready = {{"type", "Ready"}};
+              if (c.contains("status")) ready["status"] = std::move(c["status"]);
+              kept.push_back(std::move(ready));
+            } else if (c["type"] == "PodScheduled" && c.contains("status") && c["status"] == "False") {
+              // Why the scheduler cannot place the pod (kept only while it cannot).
+              json unscheduled = {{"type", "PodScheduled"}, {"status", "False"}};
+              Move(c, unscheduled, "reason");
+              Move(c, unscheduled, "message");
+              kept.push_back(std::move(unscheduled));
+            }
           }
           status["conditions"] = std::move(kept);
         }
@@ -177,24 +185,6 @@ json CompactNode(json&& node) {
     }
   }
   return out;
-}
-
-void NodeCpuLedger::Update(const ObservedPod* before, const ObservedPod* after) {
-  auto counts = [](const ObservedPod* p) { return p != nullptr && !p->node_name.empty() && !p->Finished(); };
-  absl::MutexLock lock(&mu_);
-  if (counts(before)) {
-    auto it = by_node_.find(before->node_name);
-    if (it != by_node_.end()) {
-      it->second -= before->cpu_request_millis;
-      if (it->second == 0) by_node_.erase(it);
-    }
-  }
-  if (counts(after)) by_node_[after->node_name] += after->cpu_request_millis;
-}
-
-std::map<std::string, int64_t> NodeCpuLedger::Snapshot() const {
-  absl::MutexLock lock(&mu_);
-  return by_node_;
 }
 
 }  // namespace sluice::op

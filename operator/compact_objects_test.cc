@@ -1,6 +1,6 @@
 // The informer transforms keep everything the operator reads: parsing a compacted object gives what
 // parsing the original gives (real pods and nodes recorded from an API server, the reconciler's own
-// pod manifests, and malformed objects), and the CPU ledger agrees with SumCpuRequestsByNode.
+// pod manifests, and malformed objects).
 #include "operator/compact_objects.h"
 #include "kube/testing/fixture_server.h"
 #include "operator/observed_state.h"
@@ -47,7 +47,7 @@ std::string Describe(const absl::StatusOr<ObservedPod>& p) {
   return absl::StrCat(p->name, "|", p->uid, "|", labels, "|", annotations, "|", p->controller_uid, "|", p->node_name,
                       "|", p->affinity_node, "|", p->phase, "|", p->ready, "|", p->pod_ip, "|",
                       p->creation_timestamp ? absl::FormatTime(*p->creation_timestamp) : "-", "|", p->terminating, "|",
-                      p->cpu_request_millis);
+                      p->cpu_request_millis, "|", p->unschedulable_reason, "|", p->unschedulable_message);
 }
 
 std::string Describe(const absl::StatusOr<ObservedNode>& n) {
@@ -99,6 +99,19 @@ TEST_CASE("CompactPod keeps what ObservedPodFromJson reads") {
   json bad_containers = SluicePod();
   bad_containers["spec"]["containers"] = json::array({"not an object"});
   pods.push_back(bad_containers);
+  // Pending because the scheduler cannot place it: the reason and message are kept.
+  json unschedulable = SluicePod();
+  unschedulable["spec"].erase("nodeName");
+  unschedulable["status"] = json::parse(R"js({"phase": "Pending", "conditions": [{"type": "PodScheduled",
+      "status": "False", "reason": "Unschedulable", "lastProbeTime": null, "lastTransitionTime": "2027-01-15T08:00:01Z",
+      "message": "0/3 nodes are available: 3 pod has unbound immediate PersistentVolumeClaims."}]})js");
+  pods.push_back(unschedulable);
+  {
+    absl::StatusOr<ObservedPod> p = ObservedPodFromJson(CompactPod(json(unschedulable)));
+    REQUIRE(p.ok());
+    CHECK(p->unschedulable_reason == "Unschedulable");
+    CHECK(p->unschedulable_message == "0/3 nodes are available: 3 pod has unbound immediate PersistentVolumeClaims.");
+  }
   pods.push_back(json("not a pod"));
   for (const json& pod : pods) {
     INFO(pod.dump().substr(0, 300));
@@ -133,32 +146,6 @@ TEST_CASE("CompactNode keeps what ObservedNodeFromJson reads") {
     CHECK(Describe(ObservedNodeFromJson(compact)) == Describe(ObservedNodeFromJson(n)));
     CHECK_FALSE(compact["status"].contains("images"));
   }
-}
-
-TEST_CASE("NodeCpuLedger follows pod events as SumCpuRequestsByNode sums them") {
-  auto pod = [](const std::string& name, const std::string& node, int64_t cpu, const std::string& phase = "Running") {
-    ObservedPod p;
-    p.name = name;
-    p.node_name = node;
-    p.cpu_request_millis = cpu;
-    p.phase = phase;
-    return p;
-  };
-  NodeCpuLedger ledger;
-  std::vector<ObservedPod> pods = {pod("a", "n1", 500), pod("b", "n1", 250), pod("c", "n2", 1000), pod("d", "", 700)};
-  for (const ObservedPod& p : pods) ledger.Update(nullptr, &p);
-  CHECK(ledger.Snapshot() == SumCpuRequestsByNode(pods));
-
-  ObservedPod bound = pod("d", "n2", 700);  // scheduled
-  ledger.Update(&pods[3], &bound);
-  pods[3] = bound;
-  ObservedPod done = pod("a", "n1", 500, "Succeeded");  // ended: frees its CPU
-  ledger.Update(&pods[0], &done);
-  pods[0] = done;
-  ledger.Update(&pods[2], nullptr);  // deleted
-  pods.erase(pods.begin() + 2);
-  CHECK(ledger.Snapshot() == SumCpuRequestsByNode(pods));
-  CHECK(ledger.Snapshot() == std::map<std::string, int64_t>{{"n1", 250}, {"n2", 700}});
 }
 
 TEST_CASE("recorded pods and nodes parse to the values the API server reported") {

@@ -14,6 +14,7 @@
 #include "kube/resource.h"
 #include "operator/event_notes.h"
 #include "operator/manifests.h"
+#include "operator/pod_snapshot.h"
 
 namespace sluice::op {
 namespace {
@@ -54,8 +55,9 @@ DataServiceController::DataServiceController(kube::Client* client, OperatorOptio
       recorder_(client, kube::EventRecorderOptions{.reporting_controller = "sluice.dev/operator",
                                                    .reporting_instance = options_.reporting_instance,
                                                    .clock = options_.clock}) {
-  (void)pods_.AddIndex(kIndexControllerUid, kube::IndexByControllerUid());
-  (void)pods_.AddIndex(kIndexNamespace, kube::IndexByNamespace());
+  (void)pods_.AddIndex(kPodIndexControllerUid, kube::IndexByControllerUid());
+  (void)pods_.AddIndex(kPodIndexNamespace, kube::IndexByNamespace());
+  (void)pods_.AddIndex(kPodIndexNode, IndexByPodNode());
   (void)services_.AddIndex(kIndexControllerUid, kube::IndexByControllerUid());
   (void)claims_.AddIndex(kIndexControllerUid, kube::IndexByControllerUid());
   (void)dataservices_.AddIndex(kIndexNamespace, kube::IndexByNamespace());
@@ -77,16 +79,23 @@ DataServiceController::DataServiceController(kube::Client* client, OperatorOptio
   kube::Reflector* dataservices = reflector(&dataservices_, DataServices(), options_.watch_namespace, "", packed);
   dataservices->AddEventHandler(kube::EnqueueObjectHandler(&queue_));
   dataservices->AddEventHandler(ConsumerSelectorHandler());
-  // Every pod of the cluster, compacted to what the reconciler reads.
-  kube::Reflector* pods = reflector(&pods_, kube::resources::Pods(), "", "",
-                                    [](json&& o) { return kube::PackObject(CompactPod(std::move(o))); });
+  dataservices->AddEventHandler(TerminatingNamespaceHandler());
+  // Every pod of the cluster, compacted to what the reconciler reads (and indexed by node: the CPU
+  // requested on a consumer node is summed from the cache when a reconcile reads it, see
+  // operator/pod_snapshot.h).
+  kube::Reflector* pods = reflector(&pods_, kube::resources::Pods(), "", "", PackPod);
+  pods->AddEventHandler(ExpectationsHandler("Pod"));
   pods->AddEventHandler(kube::EnqueueControllerOwnerHandler(&queue_, kKind));
   pods->AddEventHandler(ConsumerPodHandler());
-  pods->AddEventHandler(CpuLedgerHandler());
-  reflector(&services_, kube::resources::Services(), options_.watch_namespace, ManagedSelector(), packed)
-      ->AddEventHandler(kube::EnqueueControllerOwnerHandler(&queue_, kKind));
-  reflector(&claims_, PersistentVolumeClaims(), options_.watch_namespace, ManagedSelector(), packed)
-      ->AddEventHandler(kube::EnqueueControllerOwnerHandler(&queue_, kKind));
+  pods->AddEventHandler(ConsumerNodePodHandler());
+  kube::Reflector* services =
+      reflector(&services_, kube::resources::Services(), options_.watch_namespace, ManagedSelector(), packed);
+  services->AddEventHandler(ExpectationsHandler("Service"));
+  services->AddEventHandler(kube::EnqueueControllerOwnerHandler(&queue_, kKind));
+  kube::Reflector* claims =
+      reflector(&claims_, PersistentVolumeClaims(), options_.watch_namespace, ManagedSelector(), packed);
+  claims->AddEventHandler(ExpectationsHandler("PersistentVolumeClaim"));
+  claims->AddEventHandler(kube::EnqueueControllerOwnerHandler(&queue_, kKind));
   reflector(&nodes_, kube::resources::Nodes(), "", "", CompactNode)->AddEventHandler(NodeHandler());
 }
 
@@ -100,7 +109,9 @@ kube::ResourceEventHandler DataServiceController::ConsumerSelectorHandler() {
     absl::StatusOr<DataService> parsed = ParseDataService(kube::UnpackObject(*ds));
     absl::MutexLock lock(&mu_);
     if (parsed.ok() && parsed->spec.placement.policy != PlacementPolicy::kRemoteOnly &&
-        parsed->spec.placement.consumer_selector.has_value()) {
+        parsed->spec.placement.consumer_selector.has_value() &&
+        !(parsed->spec.placement.consumer_selector->match_labels.empty() &&
+          parsed->spec.placement.consumer_selector->match_expressions.empty())) {  // {} is invalid, not "every pod"
       consumer_selectors_[key] = ConsumerSelector{kube::NamespaceOf(*ds), *parsed->spec.placement.consumer_selector};
     } else {
       consumer_selectors_.erase(key);
@@ -145,6 +156,59 @@ kube::ResourceEventHandler DataServiceController::ConsumerPodHandler() {
   return handler;
 }
 
+kube::ResourceEventHandler DataServiceController::ExpectationsHandler(std::string kind) {
+  // An object of ours seen added satisfies its expected create, seen deleted its expected delete,
+  // even when no reconcile runs in between: a pod created and deleted again (by a namespace deletion,
+  // an eviction) before a reconcile looked would otherwise hold the expectations until their timeout.
+  auto observed = [this, kind](const kube::ObjectPtr& o, bool added) {
+    if (o == nullptr) return;
+    std::optional<kube::PackedController> ref = kube::PackedControllerOf(*o);
+    if (!ref.has_value() || ref->kind != kKind) return;
+    const std::string ns = kube::NamespaceOf(*o);
+    const std::string key = ns.empty() ? ref->name : absl::StrCat(ns, "/", ref->name);
+    kube::ObjectPtr owner = dataservices_.Get(key);
+    if (owner == nullptr || kube::UidOf(kube::UnpackObject(*owner)) != ref->uid) return;  // someone else's
+    const std::string object_key = ObjectKey(kind, kube::NameOf(*o));
+    absl::MutexLock lock(&mu_);
+    if (added) {
+      expectations_.CreationObserved(key, object_key);
+    } else {
+      expectations_.DeletionObserved(key, object_key);
+    }
+  };
+  kube::ResourceEventHandler handler;
+  handler.on_add = [observed](const kube::ObjectPtr& o) { observed(o, true); };
+  handler.on_delete = [observed](const kube::ObjectPtr& o) { observed(o, false); };
+  return handler;
+}
+
+kube::ResourceEventHandler DataServiceController::ConsumerNodePodHandler() {
+  // Any pod appearing on, changing on or leaving a node that runs a DataService's consumers changes
+  // the CPU left there: requeue that DataService (its own pods requeue it anyway).
+  static const kube::IndexFunc node_of = IndexByPodNode();
+  auto enqueue = [this](const kube::ObjectPtr& pod) {
+    if (pod == nullptr) return;
+    std::vector<std::string> nodes = node_of(*pod);
+    if (nodes.empty()) return;
+    std::vector<std::string> keys;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const auto& [key, consumer_nodes] : consumer_nodes_) {
+        if (consumer_nodes.count(nodes[0])) keys.push_back(key);
+      }
+    }
+    for (const std::string& key : keys) queue_.Add(key);
+  };
+  kube::ResourceEventHandler handler;
+  handler.on_add = enqueue;
+  handler.on_update = [enqueue](const kube::ObjectPtr& before, const kube::ObjectPtr& after) {
+    enqueue(before);
+    enqueue(after);
+  };
+  handler.on_delete = enqueue;
+  return handler;
+}
+
 kube::ResourceEventHandler DataServiceController::NodeHandler() {
   auto enqueue_local = [this]() {
     std::vector<std::string> keys;
@@ -175,27 +239,37 @@ kube::ResourceEventHandler DataServiceController::NodeHandler() {
   return handler;
 }
 
-kube::ResourceEventHandler DataServiceController::CpuLedgerHandler() {
-  auto parse = [](const kube::ObjectPtr& pod) -> std::optional<ObservedPod> {
-    if (pod == nullptr) return std::nullopt;
-    absl::StatusOr<ObservedPod> p = ObservedPodFromJson(kube::UnpackObject(*pod));
-    if (!p.ok()) return std::nullopt;
-    return *std::move(p);
-  };
+kube::ResourceEventHandler DataServiceController::TerminatingNamespaceHandler() {
+  // A namespace marked as terminating is forgotten once it holds no DataService any more (the
+  // namespace can only finish, and be created anew, after its DataServices are gone).
   kube::ResourceEventHandler handler;
-  handler.on_add = [this, parse](const kube::ObjectPtr& pod) {
-    std::optional<ObservedPod> p = parse(pod);
-    cpu_ledger_.Update(nullptr, p ? &*p : nullptr);
-  };
-  handler.on_update = [this, parse](const kube::ObjectPtr& before, const kube::ObjectPtr& after) {
-    std::optional<ObservedPod> b = parse(before), a = parse(after);
-    cpu_ledger_.Update(b ? &*b : nullptr, a ? &*a : nullptr);
-  };
-  handler.on_delete = [this, parse](const kube::ObjectPtr& pod) {
-    std::optional<ObservedPod> p = parse(pod);
-    cpu_ledger_.Update(p ? &*p : nullptr, nullptr);
+  handler.on_delete = [this](const kube::ObjectPtr& ds) {
+    const std::string ns = kube::NamespaceOf(*ds);
+    if (!dataservices_.ByIndex(kIndexNamespace, ns).empty()) return;
+    absl::MutexLock lock(&mu_);
+    terminating_namespaces_.erase(ns);
   };
   return handler;
+}
+
+bool DataServiceController::NamespaceTerminating(const std::string& ns) const {
+  absl::MutexLock lock(&mu_);
+  return terminating_namespaces_.count(ns) > 0;
+}
+
+void DataServiceController::MarkNamespaceTerminating(const std::string& ns, const std::string& key,
+                                                     const absl::Status& refusal) {
+  bool first = false;
+  {
+    absl::MutexLock lock(&mu_);
+    first = terminating_namespaces_.insert(ns).second;
+  }
+  if (options_.metrics != nullptr) options_.metrics->CountApiError("create");
+  if (first) {
+    Warn(absl::StrCat("namespace ", ns, " is being deleted; creating nothing more in it (no pods, Services, claims or "
+                      "Events) until its DataServices are gone"),
+         key, refusal);
+  }
 }
 
 absl::Status DataServiceController::Start(absl::Duration sync_timeout) {
@@ -244,26 +318,44 @@ void DataServiceController::Warn(absl::string_view what, absl::string_view key, 
   SLUICE_LOG(Warning, what).With("dataservice", key).With("error", status.ToString());
 }
 
-ReconcileInput DataServiceController::BuildInput(const json& dataservice) const {
+ReconcileInput DataServiceController::BuildInput(const std::string& key, const json& dataservice) {
   ReconcileInput in;
   in.dataservice = dataservice;
   const std::string uid = kube::UidOf(dataservice);
   const std::string ns = kube::NamespaceOf(dataservice);
-  auto parse_pods = [&](const std::vector<kube::ObjectPtr>& objects, std::vector<ObservedPod>* out) {
-    for (const kube::ObjectPtr& o : objects) {
-      absl::StatusOr<ObservedPod> p = ObservedPodFromJson(kube::UnpackObject(*o));
-      if (p.ok()) {
-        out->push_back(*std::move(p));
-      } else {
-        Warn("ignoring a malformed cached pod", "", p.status());
+  // Consumer pods, nodes and CPU sums only matter to local placement (and a valid selector).
+  std::optional<LabelSelector> consumers;
+  if (!IsRemoteOnly(dataservice)) {
+    if (absl::StatusOr<DataService> parsed = ParseDataService(dataservice); parsed.ok()) {
+      const std::optional<LabelSelector>& selector = parsed->spec.placement.consumer_selector;
+      if (selector.has_value() && !(selector->match_labels.empty() && selector->match_expressions.empty())) {
+        consumers = *selector;
       }
     }
-  };
-  parse_pods(pods_.ByIndex(kIndexControllerUid, uid), &in.owned_pods);
-  // Consumer pods, nodes and CPU sums only matter to local placement.
-  if (!IsRemoteOnly(dataservice)) {
-    parse_pods(pods_.ByIndex(kIndexNamespace, ns), &in.consumer_pods);
-    in.cpu_requested_by_node = cpu_ledger_.Snapshot();
+  }
+  // Owned pods, the namespace's pods and the CPU on the consumer nodes, all from one state of the
+  // pod cache (operator/pod_snapshot.h); the consumer nodes of the last pass are the first guess.
+  std::set<std::string> consumer_nodes;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = consumer_nodes_.find(key); it != consumer_nodes_.end()) consumer_nodes = it->second;
+  }
+  PodSnapshot snapshot = ReadPodSnapshot(pods_, ns, uid, consumers, &consumer_nodes);
+  {
+    absl::MutexLock lock(&mu_);
+    if (consumers.has_value()) {
+      consumer_nodes_[key] = consumer_nodes;
+    } else {
+      consumer_nodes_.erase(key);
+    }
+  }
+  for (const std::string& problem : snapshot.malformed) {
+    Warn("ignoring a malformed cached pod", "", absl::InvalidArgumentError(problem));
+  }
+  in.owned_pods = std::move(snapshot.owned);
+  if (consumers.has_value()) {
+    in.consumer_pods = std::move(snapshot.namespace_pods);
+    in.cpu_requested_by_node = std::move(snapshot.cpu_requested_by_node);
     for (const kube::ObjectPtr& o : nodes_.List()) {
       if (auto n = ObservedNodeFromJson(*o); n.ok()) in.nodes.push_back(*std::move(n));
     }
@@ -293,14 +385,16 @@ absl::StatusOr<kube::ReconcileResult> DataServiceController::ReconcileOnce(const
     expectations_.Forget(key);
     drains_.erase(key);
     status_written_.erase(key);
+    consumer_nodes_.erase(key);
     return kube::ReconcileResult{};
   }
   const json object = kube::UnpackObject(*dataservice);
-  ReconcileInput input = BuildInput(object);
+  ReconcileInput input = BuildInput(key, object);
   {
     absl::MutexLock lock(&mu_);
     input.expectations = expectations_.Pending(key);
     if (auto it = drains_.find(key); it != drains_.end()) input.drain = it->second;
+    input.namespace_terminating = terminating_namespaces_.count(kube::NamespaceOf(object)) > 0;
   }
   absl::StatusOr<ReconcileResult> result = Reconcile(input);
   if (!result.ok()) {
@@ -328,8 +422,14 @@ absl::StatusOr<kube::ReconcileResult> DataServiceController::ReconcileOnce(const
 }
 
 void DataServiceController::Emit(const json& dataservice, const EmitEvent& event) {
+  const std::string ns = kube::NamespaceOf(dataservice);
+  if (NamespaceTerminating(ns)) return;
   absl::Status s = recorder_.Record(dataservice, event.type == "Warning" ? kube::EventType::kWarning : kube::EventType::kNormal,
                                     event.reason, event.action, event.note);
+  if (!s.ok() && kube::HasStatusCause(s, "NamespaceTerminating")) {
+    MarkNamespaceTerminating(ns, kube::ObjectKey(dataservice), s);
+    return;
+  }
   if (!s.ok()) {
     if (options_.metrics != nullptr) options_.metrics->CountApiError("event");
     Warn(absl::StrCat("recording event ", event.reason), kube::ObjectKey(dataservice), s);
@@ -402,7 +502,7 @@ absl::Status DataServiceController::Execute(const std::string& key, const json& 
   // into several only when one note would be too long, so every pod stays named).
   std::vector<EmitEvent> announced;
   auto announce = [&](const EmitEvent& e) {
-    if (e.reason.empty()) return;  // announced by another event of the pass (ScalingUp)
+    if (e.reason.empty()) return;  // an action without an event of its own
     announced.push_back(e);
   };
   bool objects_changed = false;  // a create or delete went through: its watch event brings a new pass
@@ -412,7 +512,22 @@ absl::Status DataServiceController::Execute(const std::string& key, const json& 
 
   for (const Action& action : result.actions) {
     if (const auto* c = std::get_if<CreateObject>(&action)) {
+      if (NamespaceTerminating(ns)) {  // learnt from an earlier create of this pass
+        absl::MutexLock lock(&mu_);
+        expectations_.CreateFailed(key, ObjectKey(c->kind, c->name));
+        continue;
+      }
       absl::StatusOr<json> created = client_->Create(RefForKind(c->kind), ns, c->manifest, write);
+      if (!created.ok() && kube::HasStatusCause(created.status(), "NamespaceTerminating")) {
+        // The namespace is being deleted: nothing can be created in it any more, and that is not
+        // an error to retry (nor a Warning: Events are creates too).
+        {
+          absl::MutexLock lock(&mu_);
+          expectations_.CreateFailed(key, ObjectKey(c->kind, c->name));
+        }
+        MarkNamespaceTerminating(ns, key, created.status());
+        continue;
+      }
       if (created.ok()) {
         SLUICE_LOG(Info, "created").With("dataservice", key).With("kind", c->kind).With("name", c->name);
         objects_changed = true;
@@ -429,13 +544,13 @@ absl::Status DataServiceController::Execute(const std::string& key, const json& 
                                     absl::StrCat("creating ", c->kind, " ", c->name, ": ", conflict.message())});
         fail(conflict, absl::StrCat("create ", c->kind, " ", c->name), "create");
       }
-    } else if (const auto* a = std::get_if<ApplyObject>(&action)) {
-      absl::StatusOr<json> applied =
-          kube::ServerSideApply(*client_, RefForKind(a->kind), ns, a->manifest, options_.field_manager, /*force=*/true);
-      if (applied.ok()) {
-        announce(a->event);
+    } else if (const auto* p = std::get_if<PatchObject>(&action)) {
+      absl::StatusOr<json> patched =
+          client_->Patch(RefForKind(p->kind), ns, p->name, kube::PatchType::kMerge, p->merge_patch, write);
+      if (patched.ok()) {
+        announce(p->event);
       } else {
-        fail(applied.status(), absl::StrCat("apply ", a->kind, " ", a->name), "apply");
+        fail(patched.status(), absl::StrCat("patch ", p->kind, " ", p->name), "patch");
       }
     } else if (const auto* d = std::get_if<DeleteObject>(&action)) {
       kube::DeleteOptions opts;

@@ -1,6 +1,6 @@
 // DataServiceController: the thin adapter between the kube/ runtime and the pure reconciler.
-// Reflectors keep caches of DataServices, all pods (owned workers, consumer pods and the CPU
-// requested per node), the operator's Services and PersistentVolumeClaims, and nodes. Their events
+// Reflectors keep caches of DataServices, all pods (owned workers, consumer pods and the pods whose
+// CPU requests fill the consumer nodes), the operator's Services and PersistentVolumeClaims, and nodes. Their events
 // put DataService keys ("namespace/name") on a work queue; each reconcile builds a ReconcileInput
 // from the caches, calls Reconcile, records expectations and executes the actions against the API
 // server (creates, server-side apply, uid-guarded deletes, status merge patches, guarded finalizer
@@ -10,6 +10,12 @@
 // RPC client); its progress is fed back to the next reconcile, and a completed drain requeues the
 // key at once so that the finalizer goes. Without a drainer (options.drainer null) draining is
 // disabled: the drain counts as complete at once (workers then stop on SIGTERM).
+//
+// A namespace being deleted refuses every create (403, cause NamespaceTerminating). The first such
+// answer marks the namespace: the rest of that pass and every later reconcile of its DataServices
+// create nothing and emit no Events (ReconcileInput::namespace_terminating), until the namespace
+// holds no DataService any more. One refused create per namespace is how the operator learns it
+// (it does not watch namespaces).
 //
 // Threading: Start/Stop from one owner thread. Reflector handlers run on the reflector threads and
 // only enqueue keys. Reconciles run on the kube::Controller's worker threads, concurrently for
@@ -22,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -94,7 +101,7 @@ class DataServiceController {
 
  private:
   absl::StatusOr<kube::ReconcileResult> ReconcileOnce(const std::string& key);
-  ReconcileInput BuildInput(const nlohmann::json& dataservice) const;
+  ReconcileInput BuildInput(const std::string& key, const nlohmann::json& dataservice);
   // Runs the actions; sets `status_due` when a status write was deferred (coalesced) until then.
   absl::Status Execute(const std::string& key, const nlohmann::json& dataservice, const ReconcileResult& result,
                        std::optional<absl::Duration>* status_due);
@@ -109,7 +116,14 @@ class DataServiceController {
   void Warn(absl::string_view what, absl::string_view key, const absl::Status& status) const;
   kube::ResourceEventHandler ConsumerSelectorHandler();
   kube::ResourceEventHandler ConsumerPodHandler();
-  kube::ResourceEventHandler CpuLedgerHandler();
+  kube::ResourceEventHandler ConsumerNodePodHandler();
+  // Clears the expectation an added (created) or deleted object of `kind` satisfies.
+  kube::ResourceEventHandler ExpectationsHandler(std::string kind);
+  kube::ResourceEventHandler TerminatingNamespaceHandler();
+  // Namespaces whose deletion the API server reported (403 NamespaceTerminating on a create): the
+  // operator creates nothing more in them, Events included. Locks mu_.
+  bool NamespaceTerminating(const std::string& ns) const;
+  void MarkNamespaceTerminating(const std::string& ns, const std::string& key, const absl::Status& refusal);
   // A node appearing, going, or changing what local capacity depends on (allocatable, taints,
   // schedulability, labels) requeues every DataService that places workers locally.
   kube::ResourceEventHandler NodeHandler();
@@ -128,8 +142,6 @@ class DataServiceController {
   std::vector<std::string> reflector_names_;  // resource plural of each reflector, for metrics
   std::unique_ptr<kube::Controller> controller_;
 
-  NodeCpuLedger cpu_ledger_;  // CPU requested per node, kept from pod events
-
   struct ConsumerSelector {
     std::string ns;
     LabelSelector selector;
@@ -141,6 +153,10 @@ class DataServiceController {
   std::map<std::string, ConsumerSelector> consumer_selectors_ ABSL_GUARDED_BY(mu_);
   // When each DataService's status was last written (for coalescing).
   std::map<std::string, absl::Time> status_written_ ABSL_GUARDED_BY(mu_);
+  // The consumer nodes of each DataService's last pod snapshot (the next one's first guess).
+  std::map<std::string, std::set<std::string>> consumer_nodes_ ABSL_GUARDED_BY(mu_);
+  // Namespaces being deleted (see NamespaceTerminating).
+  std::set<std::string> terminating_namespaces_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace sluice::op

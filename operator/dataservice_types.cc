@@ -336,6 +336,23 @@ void ValidateTolerations(const std::vector<Toleration>& tolerations, const std::
   }
 }
 
+// A request above its limit: the API server would refuse every pod built from it (422
+// "must be less than or equal to cpu limit"), so the operator refuses the spec instead.
+void ValidateRequestsWithinLimits(const ResourceRequirements& r, const std::string& path,
+                                  std::vector<FieldError>* errors) {
+  for (const auto& [name, request] : r.requests) {
+    auto limit = r.limits.find(name);
+    if (limit == r.limits.end()) continue;
+    absl::StatusOr<int64_t> req = ParseQuantityMillis(request);
+    absl::StatusOr<int64_t> lim = ParseQuantityMillis(limit->second);
+    if (!req.ok() || !lim.ok() || *req <= *lim) continue;  // unparsable quantities are reported when parsed
+    errors->push_back({JoinPath(JoinPath(path, "requests"), name),
+                       absl::StrCat(request, " is above the limit ", limit->second, " (", JoinPath(JoinPath(path, "limits"), name),
+                                    "); the API server refuses pods whose request exceeds their limit: lower the "
+                                    "request or raise the limit")});
+  }
+}
+
 void ValidateExtraArgs(const std::vector<std::string>& args, const std::vector<std::string>& managed,
                        const std::string& path, std::vector<FieldError>* errors) {
   for (size_t i = 0; i < args.size(); ++i) {
@@ -475,6 +492,7 @@ std::vector<FieldError> ValidateDataService(const DataService& ds) {
   if (d.termination_grace_period_seconds < 0) {
     errors.push_back({"spec.dispatcher.terminationGracePeriodSeconds", "must not be negative"});
   }
+  ValidateRequestsWithinLimits(d.resources, "spec.dispatcher.resources", &errors);
   ValidateLabelMap(d.node_selector, "spec.dispatcher.nodeSelector", &errors);
   ValidateTolerations(d.tolerations, "spec.dispatcher.tolerations", &errors);
   ValidateExtraArgs(d.extra_args, {"port", "metrics_port", "journal_dir", "dataservice"}, "spec.dispatcher.extraArgs", &errors);
@@ -514,6 +532,7 @@ std::vector<FieldError> ValidateDataService(const DataService& ds) {
   if (w.termination_grace_period_seconds < 0) {
     errors.push_back({"spec.workers.terminationGracePeriodSeconds", "must not be negative"});
   }
+  ValidateRequestsWithinLimits(w.resources, "spec.workers.resources", &errors);
   ValidateExtraArgs(w.extra_args,
                     {"dispatcher_address", "port", "metrics_port", "placement", "worker_address", "host", "dataservice"},
                     "spec.workers.extraArgs", &errors);
@@ -525,7 +544,8 @@ std::vector<FieldError> ValidateDataService(const DataService& ds) {
       errors.push_back({"spec.placement.consumerSelector", "required unless spec.placement.policy is RemoteOnly"});
     } else if (p.consumer_selector->match_labels.empty() && p.consumer_selector->match_expressions.empty()) {
       errors.push_back({"spec.placement.consumerSelector",
-                        "must not be empty (an empty selector would treat every pod in the namespace as a consumer)"});
+                        "must not be empty (an empty selector would treat every pod in the namespace as a consumer): "
+                        "select the trainer pods with matchLabels or matchExpressions, or use policy RemoteOnly"});
     }
     if (WorkerCpuMillis(w) <= 0) {
       errors.push_back({"spec.workers.resources.requests.cpu",

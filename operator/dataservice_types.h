@@ -24,6 +24,10 @@ inline constexpr char kKind[] = "DataService";
 inline constexpr char kPlural[] = "dataservices";
 // Finalizer that holds a deleted DataService until its workers were drained.
 inline constexpr char kDrainFinalizer[] = "sluice.dev/drain";
+// Finalizers the API server adds for a delete with propagationPolicy Foreground / Orphan (the
+// garbage collector removes them once it has deleted / orphaned the dependents).
+inline constexpr char kForegroundDeletionFinalizer[] = "foregroundDeletion";
+inline constexpr char kOrphanFinalizer[] = "orphan";
 // Longest DataService name: "<name>-dispatcher" must be a 63-character DNS-1035 label.
 inline constexpr size_t kMaxNameLength = 52;
 

@@ -326,6 +326,34 @@ TEST_CASE("semantic validation names the field", "[types][validate]") {
     CHECK(HasError(errors, "spec.dispatcher.extraArgs[0]"));
     CHECK(HasError(errors, "spec.dispatcher.extraArgs[1]"));
   }
+  SECTION("requests above limits, which the API server would refuse in every pod") {
+    DataService ds = *parsed;
+    ds.spec.workers.resources.requests = {{"cpu", "2"}, {"memory", "1Gi"}};
+    ds.spec.workers.resources.limits = {{"cpu", "1500m"}, {"memory", "1Gi"}};
+    ds.spec.dispatcher.resources.requests = {{"memory", "2Gi"}};
+    ds.spec.dispatcher.resources.limits = {{"memory", "1Gi"}, {"cpu", "1"}};
+    auto errors = ValidateDataService(ds);
+    INFO(Fields(errors));
+    REQUIRE(errors.size() == 2);
+    CHECK(errors[0].field == "spec.dispatcher.resources.requests.memory");
+    CHECK(errors[1].field == "spec.workers.resources.requests.cpu");
+    CHECK(errors[1].message ==
+          "2 is above the limit 1500m (spec.workers.resources.limits.cpu); the API server refuses pods whose request "
+          "exceeds their limit: lower the request or raise the limit");
+    ds.spec.workers.resources.limits["cpu"] = "2";
+    ds.spec.dispatcher.resources.limits["memory"] = "2048Mi";
+    CHECK(ValidateDataService(ds).empty());
+  }
+  SECTION("an empty consumer selector says what to select") {
+    DataService ds = *parsed;
+    ds.spec.placement.policy = PlacementPolicy::kHybrid;
+    ds.spec.placement.consumer_selector = LabelSelector{};
+    auto errors = ValidateDataService(ds);
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0].field == "spec.placement.consumerSelector");
+    CHECK(errors[0].message.find("select the trainer pods with matchLabels or matchExpressions, or use policy "
+                                 "RemoteOnly") != std::string::npos);
+  }
   SECTION("toleration consistency") {
     DataService ds = *parsed;
     ds.spec.placement.tolerations = {{"spot", "Exists", "yes", "", std::nullopt},

@@ -123,6 +123,12 @@ absl::StatusOr<ObservedPod> ObservedPodFromJson(const json& pod) {
           const json* type = FieldReader::Member(c, "type");
           const json* st = FieldReader::Member(c, "status");
           if (type && type->is_string() && *type == "Ready" && st && st->is_string()) p.ready = *st == "True";
+          if (type && type->is_string() && *type == "PodScheduled" && st && st->is_string() && *st == "False") {
+            const json* reason = FieldReader::Member(c, "reason");
+            const json* message = FieldReader::Member(c, "message");
+            p.unschedulable_reason = reason && reason->is_string() ? reason->get<std::string>() : "Unschedulable";
+            if (message && message->is_string()) p.unschedulable_message = message->get<std::string>();
+          }
         }
       }
     }

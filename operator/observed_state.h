@@ -29,6 +29,10 @@ struct ObservedPod {
   std::string affinity_node;
   std::string phase = "Pending";  // status.phase
   bool ready = false;             // condition Ready is True
+  // Condition PodScheduled is False: the scheduler's reason (e.g. Unschedulable) and message
+  // ("0/3 nodes are available: ..."); empty while the pod is scheduled or not yet looked at.
+  std::string unschedulable_reason;
+  std::string unschedulable_message;
   std::string pod_ip;
   std::optional<absl::Time> creation_timestamp;
   bool terminating = false;  // metadata.deletionTimestamp is set

@@ -36,6 +36,12 @@ bool IsWorker(const ObservedPod& pod) {
 
 bool Active(const ObservedPod& pod) { return !pod.terminating && !pod.Finished(); }
 
+// "Unschedulable: 0/3 nodes are available: ..." (the PodScheduled=False condition of a pending pod).
+std::string SchedulingProblem(const ObservedPod& pod) {
+  return pod.unschedulable_message.empty() ? pod.unschedulable_reason
+                                           : absl::StrCat(pod.unschedulable_reason, ": ", pod.unschedulable_message);
+}
+
 // The worker pod counts as the status reports them.
 struct WorkerCounts {
   int64_t active = 0, ready = 0, local = 0, remote = 0;
@@ -115,7 +121,27 @@ ReconcileResult ReconcileDeletion(const ReconcileInput& in, const ObjectMeta& me
   absl::StatusOr<DataService> ds = ParseDataService(in.dataservice);
   absl::Time deadline = *meta.deletion_timestamp + in.options.drain_timeout;
 
-  if (workers.empty()) {
+  if (meta.HasFinalizer(kForegroundDeletionFinalizer)) {
+    // Foreground deletion: the garbage collector deletes every dependent now, whatever finalizers
+    // hold this object, and a deleted pod's containers are stopped by its kubelet whatever
+    // finalizers hold the pod. Nothing the operator can set keeps the workers running for a drain.
+    // (The workers counted are those not yet ended, the collector's deletes already seen or not.)
+    int64_t going = 0;
+    for (const ObservedPod* p : pods) going += IsWorker(*p) && !p->Finished();
+    result.actions.push_back(Event(
+        "Warning", "DrainSkipped", "Drain",
+        absl::StrCat("deleted with propagationPolicy Foreground (kubectl delete --cascade=foreground; Argo CD's "
+                     "default): garbage collection deletes the dispatcher and the ",
+                     going > 0 ? absl::StrCat(going, " ") : "",
+                     "workers together with the DataService, so they cannot be drained through the dispatcher; "
+                     "each worker stops on SIGTERM with its own short shutdown drain, and readers may lose what was "
+                     "not yet delivered. Delete with propagationPolicy Background (kubectl's default) to drain first; "
+                     "releasing the DataService")));
+  } else if (workers.empty() && meta.HasFinalizer(kOrphanFinalizer)) {
+    result.actions.push_back(Event("Normal", "Drained", "Drain",
+                                   "deleted with propagationPolicy Orphan: its pods keep running without an owner and "
+                                   "are not drained; releasing the DataService"));
+  } else if (workers.empty()) {
     result.actions.push_back(Event("Normal", "Drained", "Drain", "no workers left to drain; releasing the DataService"));
   } else if (in.drain.has_value() && in.drain->complete) {
     result.actions.push_back(Event("Normal", "Drained", "Drain",
@@ -370,8 +396,8 @@ void Planner::PlanDispatcher() {
       want.push_back(ServicePort{p["name"].get<std::string>(), p["port"].get<int64_t>(), p["targetPort"].get<int64_t>()});
     }
     if (service_->ports != want) {
-      object_actions_.push_back(ApplyObject{
-          "Service", service_->name, service,
+      object_actions_.push_back(PatchObject{
+          "Service", service_->name, json{{"spec", {{"ports", service["spec"]["ports"]}}}},
           Event("Normal", "UpdatedService", "Update",
                 absl::StrCat("updated the ports of service ", service_->name, " to match the spec"))});
     }
@@ -576,25 +602,25 @@ void Planner::PlanWorkers() {
                                      Event("Normal", "CreatedWorker", "Create", "created remote worker pod{s} {}", {name})});
     }
   }
-  // The scale event precedes the pod actions it explains. When it announces a scale-up it names the
-  // pods created (as ordinal ranges, split over several events if one note would be too long), and
-  // those creates carry no event of their own (one write instead of one per pod).
+  // A scale-up is announced by the creates themselves: each carries the same ScalingUp event naming
+  // its pod, and the controller emits the events of the creates that succeeded merged into one
+  // (names as ordinal ranges, split over several events only if one note would be too long). So
+  // the event names pods that exist, and one write announces them all. A scale-down (or a scale-up
+  // that creates nothing this pass) is announced before the pod actions it explains; its deletes
+  // name their pods in DeletedWorker events once done.
   const int64_t after_total = plan.desired_local + plan.desired_remote;
   if (after_total != before_total) {
     std::string note = absl::StrCat("workers ", before_total, " -> ", after_total, " (local ", before_local, " -> ",
                                     plan.desired_local, ", remote ", before_total - before_local, " -> ",
                                     plan.desired_remote, ")");
-    std::vector<std::string> names;
     if (after_total > before_total && !creates.empty()) {
       for (Action& a : creates) {
         auto& c = std::get<CreateObject>(a);
-        names.push_back(c.name);
-        c.event = EmitEvent{};
+        c.event = Event("Normal", "ScalingUp", "Scale", absl::StrCat(note, "; created {}"), {c.name});
       }
-      absl::StrAppend(&note, "; creating {}");
+    } else {
+      result_.actions.push_back(Event("Normal", after_total > before_total ? "ScalingUp" : "ScalingDown", "Scale", note));
     }
-    result_.actions.push_back(
-        Event("Normal", after_total > before_total ? "ScalingUp" : "ScalingDown", "Scale", note, std::move(names)));
   }
   for (Action& a : creates) object_actions_.push_back(std::move(a));
 }
@@ -615,6 +641,14 @@ DataServiceStatus Planner::BuildStatus() const {
   } else if (!Active(*dispatcher_)) {
     dispatcher = MakeCondition(kConditionDispatcherReady, false, "DispatcherRestarting",
                                "the dispatcher pod is being replaced", gen);
+  } else if (!dispatcher_->ready && !dispatcher_->unschedulable_reason.empty()) {
+    // The scheduler's own words (PodScheduled=False), e.g. an unbound journal claim.
+    std::string message = absl::StrCat("dispatcher pod ", dispatcher_->name, " cannot be scheduled: ",
+                                       SchedulingProblem(*dispatcher_));
+    if (claim_ != nullptr && !claim_->phase.empty() && claim_->phase != "Bound") {
+      absl::StrAppend(&message, " (journal claim ", claim_->name, " is ", claim_->phase, ")");
+    }
+    dispatcher = MakeCondition(kConditionDispatcherReady, false, "DispatcherUnschedulable", message, gen);
   } else if (!dispatcher_->ready) {
     dispatcher = MakeCondition(kConditionDispatcherReady, false, "DispatcherPodNotReady",
                                absl::StrCat("dispatcher pod ", dispatcher_->name, " is not ready"), gen);
@@ -638,8 +672,16 @@ DataServiceStatus Planner::BuildStatus() const {
     workers = MakeCondition(kConditionWorkersReady, true, "AllWorkersReady",
                             absl::StrCat(status.ready_replicas, "/", desired, " workers ready"), gen);
   } else {
-    workers = MakeCondition(kConditionWorkersReady, false, "WorkersNotReady",
-                            absl::StrCat(status.ready_replicas, "/", desired, " workers ready"), gen);
+    std::string message = absl::StrCat(status.ready_replicas, "/", desired, " workers ready");
+    std::vector<const ObservedPod*> unschedulable;
+    for (const WorkerPod& w : workers_) {
+      if (!w.pod->ready && !w.pod->unschedulable_reason.empty()) unschedulable.push_back(w.pod);
+    }
+    if (!unschedulable.empty()) {
+      absl::StrAppend(&message, "; ", unschedulable.size(), " cannot be scheduled (", unschedulable[0]->name, ": ",
+                      SchedulingProblem(*unschedulable[0]), ")");
+    }
+    workers = MakeCondition(kConditionWorkersReady, false, "WorkersNotReady", message, gen);
   }
   // Degraded.
   std::vector<std::string> failed;
@@ -700,7 +742,34 @@ void SetCondition(std::vector<Condition>* conditions, Condition condition, absl:
   conditions->push_back(std::move(condition));
 }
 
+namespace {
+
+// In a namespace being deleted nothing can be created: drop the creates and every Event.
+ReconcileResult WithoutCreates(ReconcileResult result) {
+  std::vector<Action> kept;
+  for (Action& a : result.actions) {
+    if (std::holds_alternative<CreateObject>(a) || std::holds_alternative<EmitEvent>(a)) continue;
+    if (auto* d = std::get_if<DeleteObject>(&a)) d->event = EmitEvent{};
+    if (auto* p = std::get_if<PatchObject>(&a)) p->event = EmitEvent{};
+    kept.push_back(std::move(a));
+  }
+  result.actions = std::move(kept);
+  return result;
+}
+
+absl::StatusOr<ReconcileResult> ReconcileFor(const ReconcileInput& in);
+
+}  // namespace
+
 absl::StatusOr<ReconcileResult> Reconcile(const ReconcileInput& in) {
+  absl::StatusOr<ReconcileResult> result = ReconcileFor(in);
+  if (result.ok() && in.namespace_terminating) return WithoutCreates(*std::move(result));
+  return result;
+}
+
+namespace {
+
+absl::StatusOr<ReconcileResult> ReconcileFor(const ReconcileInput& in) {
   absl::StatusOr<ObjectMeta> meta = ParseObjectMeta(in.dataservice);
   if (!meta.ok()) return meta.status();
   if (meta->uid.empty()) {
@@ -719,6 +788,8 @@ absl::StatusOr<ReconcileResult> Reconcile(const ReconcileInput& in) {
   if (!errors.empty()) return ReconcileInvalid(in, *meta, pods, FormatFieldErrors(errors));
   return Planner(in, *ds, std::move(pods)).Run();
 }
+
+}  // namespace
 
 void RecordExpectations(const std::string& ds_key, const ReconcileResult& result, absl::Time now,
                         Expectations* expectations) {

@@ -3,10 +3,11 @@
 // time, it returns the actions that move the cluster toward the spec (create / apply / delete
 // objects, write status, emit events, manage the drain finalizer) plus a requeue hint.
 //
-// No I/O and no clock: the controller (not built yet) gathers the input from its informer caches,
-// executes the actions in order (stopping at the first failure), records expectations for the
-// creates and deletes it issued, and calls Reconcile again on the next event. Reconcile is
-// thread-compatible: it touches nothing but its arguments.
+// No I/O and no clock. DataServiceController (operator/controller.h) gathers the input from its
+// informer caches, records expectations for the creates and deletes of the result, then executes
+// every action in order, carrying on past a failed one (the actions are independent; see below),
+// and returns the first error so that the key is retried with backoff; it calls Reconcile again on
+// the next event. Reconcile is thread-compatible: it touches nothing but its arguments.
 #ifndef SLUICE_OPERATOR_RECONCILER_H_
 #define SLUICE_OPERATOR_RECONCILER_H_
 
@@ -51,11 +52,16 @@ struct CreateObject {
   EmitEvent event;
 };
 
-// Bring an existing object to `manifest` (server-side apply, field manager sluice-operator).
-struct ApplyObject {
+// Change fields of an existing object with a JSON merge patch (RFC 7386: a list in the patch replaces
+// the whole list), sent with the same field manager as the create. One write mechanism per object:
+// the operator's creates (POST) and these patches are both "Update" operations of sluice-operator,
+// so the server sees one owner of every field. (A server-side apply of an object created by POST
+// is another owner to the server: it keeps the fields the create set and adds the applied ones, so
+// a changed Service port was added beside the old one and refused as a duplicate port name.)
+struct PatchObject {
   std::string kind;
   std::string name;
-  nlohmann::json manifest;
+  nlohmann::json merge_patch;
   EmitEvent event;
 };
 
@@ -96,7 +102,7 @@ struct DrainWorkers {
   std::vector<std::string> worker_addresses;  // their advertised addresses "podIP:port" (pods with an IP)
 };
 
-using Action = std::variant<CreateObject, ApplyObject, DeleteObject, UpdateStatus, EmitEvent, AddFinalizer,
+using Action = std::variant<CreateObject, PatchObject, DeleteObject, UpdateStatus, EmitEvent, AddFinalizer,
                             RemoveFinalizer, DrainWorkers>;
 
 // ---- Input ----
@@ -134,6 +140,10 @@ struct ReconcileInput {
   PendingOperations expectations;
   // Set by the controller once it started draining (after a DrainWorkers action).
   std::optional<DrainProgress> drain;
+  // The API server refuses creates in the DataService's namespace because the namespace is being
+  // deleted (a create was answered 403 with cause NamespaceTerminating): the result then holds no
+  // creates and no Events (Events are creates too); deletes, status and finalizer writes go on.
+  bool namespace_terminating = false;
   absl::Time now = absl::UnixEpoch();
   ReconcileOptions options;
 };

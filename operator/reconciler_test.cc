@@ -62,6 +62,23 @@ const EmitEvent* FindEvent(const ReconcileResult& r, const std::string& reason) 
   return nullptr;
 }
 
+// The notes of the `reason` events the controller emits for `r` when every API call succeeds: the
+// EmitEvent actions and the events the object actions carry, merged as the controller merges them.
+std::vector<std::string> AnnouncedNotes(const ReconcileResult& r, const std::string& reason) {
+  std::vector<EmitEvent> events;
+  for (const Action& a : r.actions) {
+    const EmitEvent* e = nullptr;
+    if (const auto* c = std::get_if<CreateObject>(&a)) e = &c->event;
+    if (const auto* d = std::get_if<DeleteObject>(&a)) e = &d->event;
+    if (const auto* p = std::get_if<PatchObject>(&a)) e = &p->event;
+    if (const auto* ev = std::get_if<EmitEvent>(&a)) e = ev;
+    if (e != nullptr && e->reason == reason) events.push_back(*e);
+  }
+  std::vector<std::string> notes;
+  for (const EmitEvent& e : RenderEvents(events)) notes.push_back(e.note);
+  return notes;
+}
+
 std::optional<json> StatusUpdate(const ReconcileResult& r) {
   auto updates = All<UpdateStatus>(r);
   if (updates.empty()) return std::nullopt;
@@ -148,6 +165,8 @@ class FakeCluster {
   std::vector<ObservedNode>& nodes() { return nodes_; }
   std::vector<ObservedPod>& consumers() { return consumers_; }
   std::map<std::string, json>& pods() { return pods_; }
+  std::map<std::string, json>& services() { return services_; }
+  std::map<std::string, json>& claims() { return claims_; }
   absl::Time now = kT0;
   Expectations expectations;
 
@@ -216,8 +235,8 @@ class FakeCluster {
           if (f != rf->finalizer) kept.push_back(f);
         }
         ds_["metadata"]["finalizers"] = kept;
-      } else if (const auto* ap = std::get_if<ApplyObject>(&a)) {
-        services_[ap->name]["spec"] = ap->manifest["spec"];
+      } else if (const auto* pa = std::get_if<PatchObject>(&a)) {
+        services_.at(pa->name).merge_patch(pa->merge_patch);  // RFC 7386, as the API server applies it
       }
     }
   }
@@ -386,20 +405,24 @@ TEST_CASE("a new DataService gets its dispatcher, service and remote workers", "
           WorkerTemplateHash(Parsed(c.ds()), Pool::kRemote));
     CHECK_FALSE(pod["spec"].contains("affinity"));
   }
-  SECTION("an event for the dispatcher, the service and the scale, which names the workers") {
+  SECTION("an event for the dispatcher, the service and the scale, which names the workers once created") {
     for (const CreateObject& o : All<CreateObject>(r)) {
       INFO(o.name);
       if (o.kind == "Pod" && o.name != "ds-dispatcher") {
-        CHECK(o.event.reason.empty());  // announced by ScalingUp
+        CHECK(o.event.reason == "ScalingUp");  // each create carries the scale-up, naming its own pod
+        CHECK(o.event.names == std::vector<std::string>{o.name});
         continue;
       }
       CHECK(o.event.type == "Normal");
       CHECK(o.event.action == "Create");
       CHECK(o.event.note.find(o.name) != std::string::npos);
     }
-    const EmitEvent* scale = FindEvent(r, "ScalingUp");
-    REQUIRE(scale != nullptr);
-    CHECK(RenderNote(*scale) == "workers 0 -> 2 (local 0 -> 0, remote 0 -> 2); creating ds-worker-remote-[0,1]");
+    CHECK(FindEvent(r, "ScalingUp") == nullptr);  // nothing is announced before the creates
+    CHECK(AnnouncedNotes(r, "ScalingUp") ==
+          std::vector<std::string>{"workers 0 -> 2 (local 0 -> 0, remote 0 -> 2); created ds-worker-remote-[0,1]"});
+    // Only the creates that succeed are named.
+    std::vector<EmitEvent> first_only = {FindCreate(r, "ds-worker-remote-0")->event};
+    CHECK(RenderEvents(first_only)[0].note == "workers 0 -> 2 (local 0 -> 0, remote 0 -> 2); created ds-worker-remote-0");
   }
   SECTION("status reports address, selector, counts and not-ready conditions") {
     std::optional<json> st = StatusUpdate(r);
@@ -594,8 +617,8 @@ TEST_CASE("Hybrid fills local capacity first, then remote", "[reconciler][placem
     CHECK(pod["spec"]["nodeSelector"] == json({{"pool", "cpu"}}));
     CHECK(pod["spec"]["tolerations"][0]["key"] == "spot");
     CHECK_FALSE(pod["spec"].contains("affinity"));
-    CHECK(RenderNote(*FindEvent(r2, "ScalingUp")) ==
-          "workers 5 -> 8 (local 5 -> 5, remote 0 -> 3); creating ds-worker-remote-[0-2]");
+    CHECK(AnnouncedNotes(r2, "ScalingUp") ==
+          std::vector<std::string>{"workers 5 -> 8 (local 5 -> 5, remote 0 -> 3); created ds-worker-remote-[0-2]"});
   }
   SECTION("a converged service stays put: its own workers do not eat its capacity") {
     c.SetAllReady();
@@ -911,11 +934,8 @@ TEST_CASE("a big scale-up names every pod it creates in one short event", "[even
   FakeCluster c(o);
   ReconcileResult r = c.Step();
   REQUIRE(Created(r).size() == 41);
-  const EmitEvent* scale = FindEvent(r, "ScalingUp");
-  REQUIRE(scale != nullptr);
-  std::vector<EmitEvent> rendered = RenderEvents({*scale});
-  REQUIRE(rendered.size() == 1);
-  CHECK(rendered[0].note == "workers 0 -> 40 (local 0 -> 0, remote 0 -> 40); creating ds-worker-remote-[0-39]");
+  CHECK(AnnouncedNotes(r, "ScalingUp") ==
+        std::vector<std::string>{"workers 0 -> 40 (local 0 -> 0, remote 0 -> 40); created ds-worker-remote-[0-39]"});
 }
 
 TEST_CASE("events that would overflow a note are split so that every pod stays named", "[events]") {
@@ -1133,6 +1153,88 @@ TEST_CASE("template hashes ignore per-pod details and differ per pool", "[manife
   CHECK_FALSE(ParseWorkerPodName(ds, "ds-worker-remote-x").has_value());
 }
 
+TEST_CASE("an unschedulable dispatcher or worker is reported with the scheduler's reason, not only as not ready",
+          "[reconciler][status]") {
+  json o = BaseDataService();
+  o["spec"]["dispatcher"]["journal"] = {{"size", "1Gi"}};
+  FakeCluster c(o);
+  c.Step();
+  c.now += absl::Seconds(10);
+  // The scheduler cannot place the dispatcher: its journal claim is not bound.
+  json& dispatcher = c.pods().at("ds-dispatcher");
+  dispatcher["spec"].erase("nodeName");
+  dispatcher["status"] = json::parse(R"js({"phase": "Pending", "conditions": [{"type": "PodScheduled",
+      "status": "False", "reason": "Unschedulable",
+      "message": "0/3 nodes are available: 3 pod has unbound immediate PersistentVolumeClaims. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."}]})js");
+  c.claims().at("ds-dispatcher-journal")["status"] = {{"phase", "Pending"}};
+  json& worker = c.pods().at("ds-worker-remote-1");
+  worker["spec"].erase("nodeName");
+  worker["status"] = json::parse(R"js({"phase": "Pending", "conditions": [{"type": "PodScheduled",
+      "status": "False", "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient cpu."}]})js");
+  c.SetReady("ds-worker-remote-0");
+  ReconcileResult r = c.Step();
+  std::optional<json> st = StatusUpdate(r);
+  REQUIRE(st.has_value());
+  json d = ConditionOf(*st, "DispatcherReady");
+  CHECK(d["status"] == "False");
+  CHECK(d["reason"] == "DispatcherUnschedulable");
+  CHECK(d["message"] ==
+        "dispatcher pod ds-dispatcher cannot be scheduled: Unschedulable: 0/3 nodes are available: 3 pod has unbound "
+        "immediate PersistentVolumeClaims. preemption: 0/3 nodes are available: 3 Preemption is not helpful for "
+        "scheduling. (journal claim ds-dispatcher-journal is Pending)");
+  CHECK(ConditionOf(*st, "Ready")["reason"] == "DispatcherNotReady");
+  CHECK(ConditionOf(*st, "Ready")["message"] == d["message"]);
+  CHECK(ConditionOf(*st, "WorkersReady")["message"] ==
+        "1/2 workers ready; 1 cannot be scheduled (ds-worker-remote-1: Unschedulable: 0/3 nodes are available: 3 "
+        "Insufficient cpu.)");
+  // Scheduled after all: the dispatcher is only not ready.
+  c.pods().at("ds-dispatcher")["status"] = {{"phase", "Running"}};
+  c.now += absl::Seconds(10);
+  std::optional<json> later = StatusUpdate(c.Step());
+  REQUIRE(later.has_value());
+  CHECK(ConditionOf(*later, "DispatcherReady")["reason"] == "DispatcherPodNotReady");
+}
+
+TEST_CASE("in a namespace being deleted nothing is created and no Event is emitted, deletes and status go on",
+          "[reconciler][deletion]") {
+  FakeCluster c(BaseDataService());
+  c.Converge();
+  // The namespace controller deleted the pods; the DataService is not deleted yet.
+  c.pods().clear();
+  ReconcileInput in = c.Input();
+  in.namespace_terminating = true;
+  absl::StatusOr<ReconcileResult> r = Reconcile(in);
+  REQUIRE(r.ok());
+  CHECK(All<CreateObject>(*r).empty());
+  CHECK(All<EmitEvent>(*r).empty());
+  CHECK(StatusUpdate(*r).has_value());  // status patches are updates, still allowed
+  // Without the mark the same pass would recreate the dispatcher and the workers.
+  ReconcileInput normal = c.Input();
+  absl::StatusOr<ReconcileResult> would = Reconcile(normal);
+  REQUIRE(would.ok());
+  CHECK(All<CreateObject>(*would).size() == 3);
+  // Deletes keep going, without their events.
+  c.Converge();
+  c.ds()["spec"]["workers"]["replicas"] = 1;
+  ReconcileInput shrink = c.Input();
+  shrink.namespace_terminating = true;
+  absl::StatusOr<ReconcileResult> down = Reconcile(shrink);
+  REQUIRE(down.ok());
+  REQUIRE(All<DeleteObject>(*down).size() == 1);
+  CHECK(All<DeleteObject>(*down)[0].event.reason.empty());
+  CHECK(All<EmitEvent>(*down).empty());
+  // And the deletion path (the namespace controller reached the DataService after its pods) releases
+  // the finalizer without its Drained Event.
+  c.pods().clear();
+  c.ds()["metadata"]["deletionTimestamp"] = FormatKubeTime(c.now);
+  ReconcileInput deleting = c.Input();
+  deleting.namespace_terminating = true;
+  absl::StatusOr<ReconcileResult> release = Reconcile(deleting);
+  REQUIRE(release.ok());
+  CHECK(All<RemoveFinalizer>(*release).size() == 1);
+  CHECK(All<EmitEvent>(*release).empty());
+}
+
 TEST_CASE("conditions change lastTransitionTime only when their status flips", "[reconciler][status]") {
   FakeCluster c(BaseDataService());
   c.Step();  // at kT0: nothing exists yet
@@ -1229,19 +1331,29 @@ TEST_CASE("a changed dispatcher spec recreates the dispatcher pod", "[reconciler
   CHECK(c.pods().at("ds-dispatcher")["spec"]["containers"][0]["image"] == "sluice-dispatcher:v2");
 }
 
-TEST_CASE("service port drift is corrected by apply", "[reconciler][dispatcher]") {
+TEST_CASE("service port drift is corrected by a merge patch that replaces the port list",
+          "[reconciler][dispatcher]") {
   FakeCluster c(BaseDataService());
   c.Converge();
   c.ds()["spec"]["dispatcher"]["port"] = 6000;
+  c.ds()["spec"]["dispatcher"]["metricsPort"] = 6001;
   ReconcileResult r = c.Step();
-  auto applies = All<ApplyObject>(r);
-  REQUIRE(applies.size() == 1);
-  CHECK(applies[0].kind == "Service");
-  CHECK(applies[0].manifest["spec"]["ports"][0]["port"] == 6000);
-  CHECK(applies[0].event.reason == "UpdatedService");
+  auto patches = All<PatchObject>(r);
+  REQUIRE(patches.size() == 1);
+  CHECK(patches[0].kind == "Service");
+  CHECK(patches[0].name == "ds-dispatcher");
+  // Only the ports, as a whole list (a merge patch replaces lists): no other field of the Service
+  // is touched, and no old port survives beside the new one.
+  CHECK(patches[0].merge_patch == json::parse(R"js({"spec": {"ports": [
+      {"name": "grpc", "port": 6000, "targetPort": 6000, "protocol": "TCP"},
+      {"name": "metrics", "port": 6001, "targetPort": 6001, "protocol": "TCP"}]}})js"));
+  CHECK(patches[0].event.reason == "UpdatedService");
+  CHECK(c.services().at("ds-dispatcher")["spec"]["ports"].size() == 2);
   CHECK(c.ds()["status"]["dispatcherAddress"] == "ds-dispatcher.ml.svc:6000");
   // The dispatcher is recreated with the new port, and the workers, which carry the address, roll.
   CHECK(Deleted(r) == std::vector<std::string>{"ds-dispatcher", "ds-worker-remote-0"});
+  // Once patched, the Service matches: nothing more to patch.
+  CHECK(All<PatchObject>(c.Step()).empty());
 }
 
 TEST_CASE("objects owned by something else are ignored", "[reconciler]") {
@@ -1407,6 +1519,35 @@ TEST_CASE("deletion drains workers through the dispatcher, then releases the fin
     REQUIRE(empty.ok());
     CHECK(All<RemoveFinalizer>(*empty).size() == 1);
     CHECK(All<DrainWorkers>(*empty).empty());
+  }
+  SECTION("foreground deletion: garbage collection takes the pods now, so the drain is skipped and said why") {
+    // The API server adds foregroundDeletion; the collector deletes the pods in parallel. Even while
+    // the dispatcher still looks ready, a drain through it cannot hold them.
+    in.dataservice["metadata"]["finalizers"] = json::array({"sluice.dev/drain", "foregroundDeletion"});
+    absl::StatusOr<ReconcileResult> fg = Reconcile(in);
+    REQUIRE(fg.ok());
+    CHECK(All<DrainWorkers>(*fg).empty());
+    CHECK(All<RemoveFinalizer>(*fg).size() == 1);
+    const EmitEvent* skipped = FindEvent(*fg, "DrainSkipped");
+    REQUIRE(skipped != nullptr);
+    CHECK(skipped->type == "Warning");
+    CHECK(absl::StrContains(skipped->note, "propagationPolicy Foreground"));
+    CHECK(absl::StrContains(skipped->note, "the dispatcher and the 2 workers"));
+    CHECK(absl::StrContains(skipped->note, "Delete with propagationPolicy Background"));
+    CHECK(skipped->note.size() <= kMaxEventNoteBytes);
+    // Already being deleted by the collector when the operator looks: still counted.
+    for (ObservedPod& p : in.owned_pods) p.terminating = true;
+    absl::StatusOr<ReconcileResult> later = Reconcile(in);
+    REQUIRE(later.ok());
+    CHECK(absl::StrContains(FindEvent(*later, "DrainSkipped")->note, "the dispatcher and the 2 workers"));
+  }
+  SECTION("orphan deletion: the pods keep running unowned and are not drained") {
+    in.dataservice["metadata"]["finalizers"] = json::array({"sluice.dev/drain", "orphan"});
+    in.owned_pods.clear();  // the collector removed their ownerReferences
+    absl::StatusOr<ReconcileResult> orphaned = Reconcile(in);
+    REQUIRE(orphaned.ok());
+    CHECK(All<RemoveFinalizer>(*orphaned).size() == 1);
+    CHECK(absl::StrContains(FindEvent(*orphaned, "Drained")->note, "propagationPolicy Orphan"));
   }
   SECTION("without our finalizer there is nothing to do") {
     in.dataservice["metadata"]["finalizers"] = json::array({"other.example/keep"});

@@ -59,9 +59,15 @@ def go_number(value):
     return str(value)
 
 
+class GoLiteral(str):
+    """A bad value already rendered as Go prints it (%#v of a struct, e.g. core.ServicePort{...})."""
+
+
 def go_value(value):
     """Renders a bad value as field.Error does: numbers and bools plain, strings quoted, nil as "null", maps,
     slices and structs as Go's %#v (map keys sorted). An object with a `go_repr()` renders itself."""
+    if isinstance(value, GoLiteral):
+        return str(value)
     if value is None:
         return '"null"'
     return _go_sharp_v(value)
@@ -166,6 +172,10 @@ def forbidden(field, detail):
 
 def duplicate(field, value):
     return FieldError(DUPLICATE, field, value)
+
+
+def field_not_found(field, value):
+    return FieldError(NOT_FOUND, field, value)
 
 
 def type_invalid(field, value, detail):
@@ -277,6 +287,18 @@ def unauthorized():
 
 def forbidden_request(message, group=None, resource=None, name=None):
     return ApiError(403, "Forbidden", message, _details(group, resource, name))
+
+
+def namespace_terminating(group, resource, name, namespace):
+    """The NamespaceLifecycle admission plugin's refusal of a create in a terminating namespace (Kubernetes'
+    plugin/pkg/admission/namespace/lifecycle: admission.NewForbidden plus a NamespaceTerminating cause). Not in the
+    recordings; shaped after that source."""
+    what = qualified_resource(group, resource)
+    reason = "unable to create new content in namespace %s because it is being terminated" % namespace
+    message = '%s "%s" is forbidden: %s' % (what, name, reason) if name else "%s is forbidden: %s" % (what, reason)
+    return ApiError(403, "Forbidden", message, _details(group, resource, name, [
+        {"reason": "NamespaceTerminating", "message": "namespace %s is being terminated" % namespace,
+         "field": "metadata.namespace"}]))
 
 
 def method_not_allowed():

@@ -14,6 +14,7 @@ import re
 from .. import quantity
 from . import errors, typeschema as ts
 from .util import deepcopy, random_suffix
+from .selection import label_key_error, label_value_error
 from .validation import name_problems, validate_object_meta
 
 ALL_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
@@ -318,10 +319,252 @@ def default_pod_status_conditions(status):
             cond.setdefault("lastTransitionTime", None)
 
 
+# Field checks of core/v1 pods and services that a real API server makes (pkg/apis/core/validation of Kubernetes
+# v1.26: validateContainerPorts, validateEnv, validateVolumes/validateVolumeMounts, ValidateResourceRequirements,
+# validateTolerations, validateNodeFieldSelectorRequirement, ValidateService/validateServicePort), with its
+# messages. The recordings in testing/kube-fixtures cover none of these refusals; they follow that source.
+
+_PORT_PROTOCOLS = ["SCTP", "TCP", "UDP"]
+_PORT_NAME_CHARS = re.compile(r"^[-a-z0-9]+$")
+_ENV_VAR_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+_ENV_VAR_MESSAGE = ("a valid environment variable name must consist of alphabetic characters, digits, '_', '-', or "
+                    "'.', and must not start with a digit (e.g. 'my.env-name',  or 'MY_ENV.NAME',  or 'MyEnvName1', "
+                    "regex used for validation is '[-._a-zA-Z][-._a-zA-Z0-9]*')")
+_FIELD_REF_PATHS = ["metadata.name", "metadata.namespace", "metadata.uid", "spec.nodeName",
+                    "spec.serviceAccountName", "status.hostIP", "status.podIP", "status.podIPs"]
+_FIELD_REF_PREFIXES = ("metadata.annotations['", "metadata.labels['")
+_TAINT_EFFECTS = ["NoExecute", "NoSchedule", "PreferNoSchedule"]
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def port_name_problems(name):
+    """validation.IsValidPortName (an IANA_SVC_NAME)."""
+    out = []
+    if len(name) > 15:
+        out.append("must be no more than 15 characters")
+    if not _PORT_NAME_CHARS.match(name):
+        out.append("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)")
+    if not re.search(r"[a-z]", name):
+        out.append("must contain at least one letter (a-z)")
+    if "--" in name:
+        out.append("must not contain consecutive hyphens")
+    if name and (name[0] == "-" or name[-1] == "-"):
+        out.append("must not begin or end with a hyphen")
+    return out
+
+
+def port_number_problems(number):
+    """validation.IsValidPortNum."""
+    if not _is_int(number) or not 0 < number < 65536:
+        return ["must be between 1 and 65535, inclusive"]
+    return []
+
+
+def _port_num_or_name(value, path):
+    """ValidatePortNumOrName (an intstr: a number, or a port name)."""
+    if isinstance(value, str):
+        return [errors.invalid(path, value, m) for m in port_name_problems(value)]
+    return [errors.invalid(path, value, m) for m in port_number_problems(value)]
+
+
+def _label_map_problems(labels, path):
+    """ValidateLabels: keys and values of a selector map (e.g. nodeSelector, a Service's selector)."""
+    problems = []
+    if not isinstance(labels, dict):
+        return [errors.invalid(path, labels, "must be a map of strings")]
+    for key, value in labels.items():
+        key_problem = label_key_error(key)
+        if key_problem:
+            problems.append(errors.invalid(path, key, key_problem))
+        value_problem = label_value_error(value) if isinstance(value, str) else "must be a string"
+        if value_problem:
+            problems.append(errors.invalid(path, value, value_problem))
+    return problems
+
+
+def _container_ports_problems(ports, path):
+    problems, names = [], set()
+    for j, port in enumerate(ports or []):
+        ppath = "%s[%d]" % (path, j)
+        if not isinstance(port, dict):
+            problems.append(errors.invalid(ppath, port, "must be an object"))
+            continue
+        name = port.get("name")
+        if name:
+            messages = port_name_problems(name) if isinstance(name, str) else ["must be a string"]
+            if messages:
+                problems += [errors.invalid(ppath + ".name", name, m) for m in messages]
+            elif name in names:
+                problems.append(errors.duplicate(ppath + ".name", name))
+            else:
+                names.add(name)
+        number = port.get("containerPort")
+        if not number:
+            problems.append(errors.required(ppath + ".containerPort", ""))
+        else:
+            problems += [errors.invalid(ppath + ".containerPort", number, m) for m in port_number_problems(number)]
+        protocol = port.get("protocol")
+        if not protocol:
+            problems.append(errors.required(ppath + ".protocol", ""))
+        elif protocol not in _PORT_PROTOCOLS:
+            problems.append(errors.not_supported(ppath + ".protocol", protocol, _PORT_PROTOCOLS))
+    return problems
+
+
+def _env_problems(env, path):
+    problems = []
+    for j, var in enumerate(env or []):
+        epath = "%s[%d]" % (path, j)
+        if not isinstance(var, dict):
+            problems.append(errors.invalid(epath, var, "must be an object"))
+            continue
+        name = var.get("name")
+        if not name:
+            problems.append(errors.required(epath + ".name", ""))
+        elif not isinstance(name, str) or not _ENV_VAR_NAME.match(name):
+            problems.append(errors.invalid(epath + ".name", name, _ENV_VAR_MESSAGE))
+        ref = (var.get("valueFrom") or {}).get("fieldRef") if isinstance(var.get("valueFrom"), dict) else None
+        if isinstance(ref, dict):
+            fpath = epath + ".valueFrom.fieldRef.fieldPath"
+            field_path = ref.get("fieldPath")
+            if not field_path:
+                problems.append(errors.required(fpath, ""))
+            elif field_path not in _FIELD_REF_PATHS and not (isinstance(field_path, str)
+                                                              and field_path.startswith(_FIELD_REF_PREFIXES)):
+                problems.append(errors.not_supported(fpath, field_path, _FIELD_REF_PATHS))
+    return problems
+
+
+def _volume_mount_problems(mounts, volumes, path):
+    problems, paths = [], set()
+    for j, mount in enumerate(mounts or []):
+        mpath = "%s[%d]" % (path, j)
+        if not isinstance(mount, dict):
+            problems.append(errors.invalid(mpath, mount, "must be an object"))
+            continue
+        name = mount.get("name")
+        if not name:
+            problems.append(errors.required(mpath + ".name", ""))
+        elif name not in volumes:
+            problems.append(errors.field_not_found(mpath + ".name", name))
+        mount_path = mount.get("mountPath")
+        if not mount_path:
+            problems.append(errors.required(mpath + ".mountPath", ""))
+        elif mount_path in paths:
+            problems.append(errors.invalid(mpath + ".mountPath", mount_path, "must be unique"))
+        paths.add(mount_path)
+    return problems
+
+
+def _requests_within_limits(resources, path):
+    """A request above its limit (ValidateResourceRequirements). Quantities that do not parse were refused at
+    decode time (400)."""
+    problems = []
+    requests = (resources or {}).get("requests") if isinstance(resources, dict) else None
+    limits = (resources or {}).get("limits") if isinstance(resources, dict) else None
+    if not isinstance(requests, dict) or not isinstance(limits, dict):
+        return problems
+    for name, value in requests.items():
+        if name not in limits:
+            continue
+        try:
+            above = quantity.parse(value) > quantity.parse(limits[name])
+        except quantity.QuantityError:
+            continue
+        if above:
+            problems.append(errors.invalid(path + ".requests", str(value),
+                                           "must be less than or equal to %s limit" % name))
+    return problems
+
+
+def _toleration_problems(tolerations, path):
+    problems = []
+    if not isinstance(tolerations, list):
+        return problems
+    for i, t in enumerate(tolerations):
+        tpath = "%s[%d]" % (path, i)
+        if not isinstance(t, dict):
+            problems.append(errors.invalid(tpath, t, "must be an object"))
+            continue
+        key, op, value, effect = t.get("key") or "", t.get("operator") or "", t.get("value") or "", t.get("effect")
+        if key:
+            key_problem = label_key_error(key)
+            if key_problem:
+                problems.append(errors.invalid(tpath + ".key", key, key_problem))
+        if not key and op != "Exists":
+            problems.append(errors.invalid(tpath + ".operator", op, "operator must be Exists when `key` is empty, "
+                                           "which means \"match all values and all keys\""))
+        if t.get("tolerationSeconds") is not None and effect != "NoExecute":
+            problems.append(errors.invalid(tpath + ".effect", effect or "",
+                                           "effect must be 'NoExecute' when `tolerationSeconds` is set"))
+        if op in ("Equal", ""):
+            value_problem = label_value_error(value) if isinstance(value, str) else "must be a string"
+            if value_problem:
+                problems.append(errors.invalid(tpath + ".operator", value, value_problem))
+        elif op == "Exists":
+            if value:
+                problems.append(errors.invalid(tpath + ".operator", errors.GoLiteral(
+                    "core.Toleration{Key:%s, Operator:\"Exists\", Value:%s, Effect:%s, TolerationSeconds:%s}" % (
+                        errors.go_quote(key), errors.go_quote(value), errors.go_quote(effect or ""),
+                        "(*int64)(nil)" if t.get("tolerationSeconds") is None else "(*int64)(0x0)")),
+                    "value must be empty when `operator` is 'Exists'"))
+        else:
+            problems.append(errors.not_supported(tpath + ".operator", op, ["Equal", "Exists"]))
+        if effect and effect not in _TAINT_EFFECTS:
+            problems.append(errors.not_supported(tpath + ".effect", effect, _TAINT_EFFECTS))
+    return problems
+
+
+def _node_affinity_problems(affinity, path):
+    """Required node affinity terms: matchFields may only name metadata.name, with In/NotIn and one value."""
+    problems = []
+    node = (affinity or {}).get("nodeAffinity") if isinstance(affinity, dict) else None
+    required = (node or {}).get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(node, dict) else None
+    if not isinstance(required, dict):
+        return problems
+    rpath = path + ".nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    terms = required.get("nodeSelectorTerms")
+    if not terms:
+        return [errors.required(rpath + ".nodeSelectorTerms", "must have at least one node selector term")]
+    for i, term in enumerate(terms):
+        for j, req in enumerate((term or {}).get("matchFields") or []):
+            fpath = "%s.nodeSelectorTerms[%d].matchFields[%d]" % (rpath, i, j)
+            op, values = (req or {}).get("operator"), (req or {}).get("values") or []
+            if op in ("In", "NotIn"):
+                if len(values) != 1:
+                    problems.append(errors.required(fpath + ".values", "must be only one value when `operator` "
+                                                                        "is 'In' or 'NotIn' for node field selector"))
+            else:
+                problems.append(errors.invalid(fpath + ".operator", op, "not a valid selector operator"))
+            if (req or {}).get("key") != "metadata.name":
+                problems.append(errors.invalid(fpath + ".key", (req or {}).get("key"), "not a valid field selector key"))
+            else:
+                for k, value in enumerate(values):
+                    for message in name_problems(value, "subdomain") if isinstance(value, str) else ["must be a string"]:
+                        problems.append(errors.invalid("%s.values[%d]" % (fpath, k), value, message))
+    return problems
+
+
 def validate_pod_spec(spec, path):
     problems = []
     if not isinstance(spec, dict):
         return [errors.required(path, "")]
+    volumes = set()
+    for i, volume in enumerate(spec.get("volumes") or []):
+        name = (volume or {}).get("name") if isinstance(volume, dict) else None
+        vpath = "%s.volumes[%d].name" % (path, i)
+        if not name:
+            problems.append(errors.required(vpath, ""))
+        elif name in volumes:
+            problems.append(errors.duplicate(vpath, name))
+        else:
+            for message in name_problems(name, "label"):
+                problems.append(errors.invalid(vpath, name, message))
+        if name:
+            volumes.add(name)
     containers = spec.get("containers")
     if not containers:
         problems.append(errors.required(path + ".containers", ""))
@@ -343,14 +586,19 @@ def validate_pod_spec(spec, path):
                 names.add(name)
             if not container.get("image"):
                 problems.append(errors.required(cpath + ".image", ""))
-            for j, port in enumerate(container.get("ports") or []):
-                number = (port or {}).get("containerPort")
-                if not isinstance(number, int) or not 0 < number < 65536:
-                    problems.append(errors.invalid("%s.ports[%d].containerPort" % (cpath, j), number,
-                                                   "must be between 1 and 65535, inclusive"))
-                if (port or {}).get("protocol") not in ("TCP", "UDP", "SCTP"):
-                    problems.append(errors.not_supported("%s.ports[%d].protocol" % (cpath, j),
-                                                         (port or {}).get("protocol"), ["SCTP", "TCP", "UDP"]))
+            problems += _container_ports_problems(container.get("ports"), cpath + ".ports")
+            problems += _env_problems(container.get("env"), cpath + ".env")
+            problems += _volume_mount_problems(container.get("volumeMounts"), volumes, cpath + ".volumeMounts")
+            problems += _requests_within_limits(container.get("resources"), cpath + ".resources")
+            for probe_name in ("livenessProbe", "readinessProbe", "startupProbe"):
+                probe = container.get(probe_name)
+                http_get = probe.get("httpGet") if isinstance(probe, dict) else None
+                if isinstance(http_get, dict):
+                    problems += _port_num_or_name(http_get.get("port"), "%s.%s.httpGet.port" % (cpath, probe_name))
+    if spec.get("nodeSelector") is not None:
+        problems += _label_map_problems(spec["nodeSelector"], path + ".nodeSelector")
+    problems += _node_affinity_problems(spec.get("affinity"), path + ".affinity")
+    problems += _toleration_problems(spec.get("tolerations"), path + ".tolerations")
     policy = spec.get("restartPolicy")
     if policy not in ("Always", "OnFailure", "Never"):
         problems.append(errors.not_supported(path + ".restartPolicy", policy, ["Always", "OnFailure", "Never"]))
@@ -504,23 +752,65 @@ class ServiceStrategy(Strategy):
 
     def validate(self, obj, old, rtype):
         problems = super().validate(obj, old, rtype)
+        meta_count = len(problems)
         spec = obj.get("spec") or {}
+        immutable = []
+        if old is not None:
+            old_ip = (old.get("spec") or {}).get("clusterIP")
+            if old_ip and spec.get("type") != "ExternalName" and spec.get("clusterIP") != old_ip:
+                immutable.append(errors.invalid("spec.clusterIP", spec.get("clusterIP"), "field is immutable"))
+        ports = spec.get("ports") or []
+        if spec.get("type") != "ExternalName" and not ports and spec.get("clusterIP") != "None":
+            problems.append(errors.required("spec.ports", ""))
+        names = set()
+        for i, port in enumerate(ports):
+            ppath = "spec.ports[%d]" % i
+            if not isinstance(port, dict):
+                problems.append(errors.invalid(ppath, port, "must be an object"))
+                continue
+            name = port.get("name")
+            if len(ports) > 1 and not name:
+                problems.append(errors.required(ppath + ".name", ""))
+            elif name:
+                for message in name_problems(name, "label") if isinstance(name, str) else ["must be a string"]:
+                    problems.append(errors.invalid(ppath + ".name", name, message))
+                if name in names:
+                    problems.append(errors.duplicate(ppath + ".name", name))
+                else:
+                    names.add(name)
+            problems += [errors.invalid(ppath + ".port", port.get("port"), m)
+                         for m in port_number_problems(port.get("port"))]
+            if not port.get("protocol"):
+                problems.append(errors.required(ppath + ".protocol", ""))
+            elif port["protocol"] not in _PORT_PROTOCOLS:
+                problems.append(errors.not_supported(ppath + ".protocol", port["protocol"], _PORT_PROTOCOLS))
+            problems += _port_num_or_name(port.get("targetPort"), ppath + ".targetPort")
+        if spec.get("selector") is not None:
+            problems += _label_map_problems(spec["selector"], "spec.selector")
+        if spec.get("sessionAffinity") not in ("ClientIP", "None"):
+            problems.append(errors.not_supported("spec.sessionAffinity", spec.get("sessionAffinity"),
+                                                 ["ClientIP", "None"]))
         if spec.get("type") not in ("ClusterIP", "NodePort", "LoadBalancer", "ExternalName"):
             problems.append(errors.not_supported("spec.type", spec.get("type"),
                                                  ["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"]))
-        if spec.get("type") != "ExternalName":
-            if not spec.get("ports") and spec.get("clusterIP") != "None":
-                problems.append(errors.required("spec.ports", ""))
-            for i, port in enumerate(spec.get("ports") or []):
-                number = (port or {}).get("port")
-                if not isinstance(number, int) or not 0 < number < 65536:
-                    problems.append(errors.invalid("spec.ports[%d].port" % i, number,
-                                                   "must be between 1 and 65535, inclusive"))
-        if old is not None:
-            old_ip = (old.get("spec") or {}).get("clusterIP")
-            if old_ip and spec.get("clusterIP") != old_ip:
-                problems.append(errors.invalid("spec.clusterIP", spec.get("clusterIP"), "field is immutable"))
-        return problems
+        if spec.get("type") == "ClusterIP":
+            for i, port in enumerate(ports):
+                if isinstance(port, dict) and port.get("nodePort"):
+                    problems.append(errors.forbidden("spec.ports[%d].nodePort" % i,
+                                                     "may not be used when `type` is 'ClusterIP'"))
+        seen = set()
+        for i, port in enumerate(ports):
+            if not isinstance(port, dict):
+                continue
+            key = (port.get("protocol"), port.get("port"))
+            if key in seen:
+                problems.append(errors.duplicate("spec.ports[%d]" % i, errors.GoLiteral(
+                    'core.ServicePort{Name:"", Protocol:%s, AppProtocol:(*string)(nil), Port:%s, '
+                    'TargetPort:intstr.IntOrString{Type:0, IntVal:0, StrVal:""}, NodePort:0}'
+                    % (errors.go_quote(str(key[0] or "")), errors.go_value(key[1])))))
+            seen.add(key)
+        # ValidateServiceUpdate: ObjectMeta, then the immutable cluster IP, then ValidateService.
+        return problems[:meta_count] + immutable + problems[meta_count:]
 
 
 # ------------------------------------------------------------------------------------------- nodes

@@ -357,19 +357,55 @@ def merge_applied(live, config, node):
                 out[key] = merge_applied(base.get(key, MISSING), value, child)
         return out
     if isinstance(config, list) and node.kind == LIST and node.list_type in ("map", "set"):
-        out = list(live) if isinstance(live, list) else []
-        index = {}
-        for i, item in enumerate(out):
-            index.setdefault(item_element(node, item, i), i)
-        for i, item in enumerate(config):
-            pe = item_element(node, item, i)
-            if pe in index:
-                out[index[pe]] = merge_applied(out[index[pe]], item, node.item())
-            else:
-                index[pe] = len(out)
-                out.append(merge_applied(MISSING, item, node.item()))
-        return out
+        return _merge_list_items(live if isinstance(live, list) else [], config, node)
     return deepcopy(config)
+
+
+def _merge_list_items(lhs, rhs, node):
+    """The items of a keyed list after an apply, in the order structured-merge-diff gives them (its
+    mergingWalker.visitListItems): live items the configuration lacks keep their place, applied items follow the
+    configuration's order, and an item both have is placed where the configuration has it. So applying [b, c] over
+    [a, c] gives [a, b, c] (a real server answers `spec.ports[1]` for the duplicate that makes)."""
+    lhs_pes = [item_element(node, item, i) for i, item in enumerate(lhs)]
+    rhs_pes = [item_element(node, item, i) for i, item in enumerate(rhs)]
+    lhs_by, rhs_by = {}, {}
+    for pe, item in zip(lhs_pes, lhs):
+        lhs_by.setdefault(pe, item)
+    for pe, item in zip(rhs_pes, rhs):
+        rhs_by.setdefault(pe, item)
+    shared = [pe for pe in rhs_pes if pe in lhs_by]
+    next_shared = shared.pop(0) if shared else None
+    merged, out = set(), []
+    li = ri = 0
+    while li < len(lhs_pes) or ri < len(rhs_pes):
+        if li < len(lhs_pes) and ri < len(rhs_pes):
+            pe = lhs_pes[li]
+            if pe == rhs_pes[ri]:
+                merged.add(pe)
+                out.append(merge_applied(lhs_by.get(pe, MISSING), rhs_by[pe], node.item()))
+                li, ri = li + 1, ri + 1
+                next_shared = shared.pop(0) if shared else None
+                continue
+            if pe in rhs_by and next_shared is not None and next_shared != pe:
+                li += 1  # a shared item, but not the one due now
+                continue
+        if li < len(lhs_pes):
+            pe = lhs_pes[li]
+            if pe not in rhs_by:
+                out.append(deepcopy(lhs[li]))
+                li += 1
+                continue
+            if pe in merged:
+                li += 1
+                continue
+        if ri < len(rhs_pes):
+            pe = rhs_pes[ri]
+            merged.add(pe)
+            out.append(merge_applied(lhs_by.get(pe, MISSING), rhs_by[pe], node.item()))
+            ri += 1
+            if next_shared is not None and next_shared == pe:
+                next_shared = shared.pop(0) if shared else None
+    return out
 
 
 def _remove_path(obj, path, node):

@@ -230,9 +230,7 @@ class Registry(DeletionMixin):
         if stored is None:
             raise errors.not_found("", "namespaces", ns)
         if (stored.obj.get("metadata") or {}).get("deletionTimestamp"):
-            raise errors.forbidden_request(
-                '%s "%s" is forbidden: unable to create new content in namespace %s because it is being terminated'
-                % (rtype.qualified(), name, ns), rtype.group, rtype.resource, name)
+            raise errors.namespace_terminating(rtype.group, rtype.resource, name, ns)
 
     def _crd_admission(self, rtype):
         crd = self._owning_crd(rtype)
@@ -437,6 +435,7 @@ class Registry(DeletionMixin):
             stored = self.store.commit(rtype.storage, key, stored_obj, ADDED)
             if rtype.resource == "customresourcedefinitions" and rtype.group == "apiextensions.k8s.io":
                 self._establish_crd(stored)
+            self.collect_new_dependent(rtype, stored)
             return stored
 
     # ------------------------------------------------------------------------------------ update

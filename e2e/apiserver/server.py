@@ -724,15 +724,24 @@ class _Handler(BaseHTTPRequestHandler):
             floor = api.registry.store.compact(rv)
             self._send_obj(200, {"compactedThrough": floor, "resourceVersion": api.registry.store.rv})
         elif route == ("POST", "/_admin/config"):
-            unknown = set(body) - {"bookmarkIntervalSeconds", "watchTimeoutSeconds"}
+            unknown = set(body) - {"bookmarkIntervalSeconds", "watchTimeoutSeconds", "namespaceDeletionHold"}
             if unknown:
                 raise errors.bad_request("unknown config field(s): %s" % ", ".join(sorted(unknown)))
+            if "namespaceDeletionHold" in body:
+                hold = body["namespaceDeletionHold"]
+                if not isinstance(hold, list) or not all(isinstance(r, str) for r in hold):
+                    raise errors.bad_request("namespaceDeletionHold must be a list of qualified resource names "
+                                             "(e.g. [\"dataservices.sluice.dev\"])")
+                api.registry.namespace_deletion_hold = frozenset(hold)
+                api.registry.resume_namespace_deletion()
             if "bookmarkIntervalSeconds" in body:
                 api.bookmark_interval = float(body["bookmarkIntervalSeconds"])
             if "watchTimeoutSeconds" in body:
                 api.watch_timeout = float(body["watchTimeoutSeconds"])
             self._send_obj(200, {"bookmarkIntervalSeconds": api.bookmark_interval,
-                                 "watchTimeoutSeconds": api.watch_timeout})
+                                 "watchTimeoutSeconds": api.watch_timeout,
+                                 "namespaceDeletionHold": sorted(getattr(api.registry, "namespace_deletion_hold",
+                                                                         ()))})
         elif route == ("PUT", "/_admin/rbac"):
             try:
                 api.policy = Policy(body)

@@ -14,7 +14,7 @@ from .. import quantity
 from ..client import ApiException
 from . import podspec
 from .informer import Informer
-from .util import log
+from .util import log, utc_now
 
 
 
@@ -27,6 +27,9 @@ class Scheduler:
     pod, and still places a pod whose first choice is full. A lost race is a harmless 409."""
 
     patience = 2.0
+    # A pending pod no scheduling node can ever take (node selector, affinity, taints) is marked
+    # PodScheduled=False/Unschedulable after this long, as kube-scheduler reports it.
+    unschedulable_after = 2 * patience
     SCHEDULER_LABEL = "sluice.dev/process-node-scheduler"
 
     def __init__(self, agent):
@@ -35,6 +38,7 @@ class Scheduler:
         self._pending = collections.OrderedDict()  # uid -> (pod, first seen)
         self._nodes = {}  # name -> node
         self._wake = threading.Event()
+        self._reported = set()  # uids marked unschedulable (scheduler thread only)
         self.informer = Informer(agent.client, "/api/v1/pods", {"fieldSelector": "spec.nodeName="},
                                  self._sync, self._event, agent.stop_event, "unscheduled")
         self.node_informer = Informer(agent.client, "/api/v1/nodes", {}, self._sync_nodes, self._node_event,
@@ -132,10 +136,46 @@ class Scheduler:
                 cpu, memory, count = self._free()
                 if not podspec.fits(pod, agent.node_labels, agent.config.taints, cpu, memory, count,
                                     node_name=me):
+                    self._maybe_report_unschedulable(pod, now - seen, nodes, me)
                     continue
                 if self._bind(pod):
                     with self._mu:
                         self._pending.pop(pod["metadata"]["uid"], None)
+
+    def _maybe_report_unschedulable(self, pod, waited, nodes, me):
+        """Writes PodScheduled=False (reason Unschedulable, a message shaped like kube-scheduler's) on a pod that no
+        Ready scheduling node can take whatever its free resources. One node reports: the first by name."""
+        uid = pod["metadata"]["uid"]
+        if uid in self._reported or waited < self.unschedulable_after:
+            return
+        scheduling = {me: (self.agent.node_labels, self.agent.config.taints)}
+        for node in nodes:
+            labels = (node.get("metadata") or {}).get("labels") or {}
+            ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                        for c in (node.get("status") or {}).get("conditions") or [])
+            if ready and labels.get(self.SCHEDULER_LABEL) == "true":
+                scheduling[node["metadata"]["name"]] = (labels, (node.get("spec") or {}).get("taints") or [])
+        if me != min(scheduling):
+            return
+        if any(podspec.fits(pod, labels, taints, 1 << 62, 1 << 62, 1, node_name=name)
+               for name, (labels, taints) in scheduling.items()):
+            return  # a node can take it once it has room
+        count = len(scheduling)
+        message = ("0/%d nodes are available: %d node(s) didn't match Pod's node affinity/selector or had untolerated "
+                   "taints." % (count, count))
+        patch = {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                            "message": message, "lastProbeTime": None,
+                                            "lastTransitionTime": utc_now()}]}}
+        try:
+            self.agent.client.merge_patch(self.agent.pod_path(pod) + "/status", patch)
+            self._reported.add(uid)
+        except ApiException as exc:
+            if exc.status == 404:
+                self._reported.add(uid)
+            else:
+                log("marking %s unschedulable failed: %s" % (pod["metadata"]["name"], exc))
+        except (OSError, http.client.HTTPException) as exc:
+            log("marking %s unschedulable failed: %s" % (pod["metadata"]["name"], exc))
 
     def _bind(self, pod):
         agent = self.agent

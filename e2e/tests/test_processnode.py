@@ -232,6 +232,34 @@ def test_simulated_nodes_honour_required_node_affinity(cluster, ns):
         cluster.delete("v1", "Pod", pod["metadata"]["name"], ns)
 
 
+def test_a_pod_no_node_can_take_is_marked_unschedulable(cluster, ns):
+    """As kube-scheduler does: PodScheduled=False, reason Unschedulable, "0/N nodes are available: ..."; a pod
+    that only waits for room is not marked."""
+    cluster.add_node("sim-e", cpu="1", labels={"pool": "e"}, simulated=True, schedule=True)
+    nowhere = make_pod("nowhere", node=None, labels={"app": "nowhere"})
+    nowhere["spec"]["nodeSelector"] = {"pool": "does-not-exist"}
+    cluster.apply(nowhere, ns)
+    crowded = make_pod("crowded", node=None, labels={"app": "crowded"})
+    crowded["spec"]["nodeSelector"] = {"pool": "e"}
+    crowded["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "2"}}  # more than sim-e has
+    cluster.apply(crowded, ns)
+
+    def marked():
+        for c in pod_status(cluster, ns, "nowhere").get("conditions") or []:
+            if c["type"] == "PodScheduled" and c["status"] == "False":
+                return c
+        return None
+
+    condition = cluster.wait_for(marked, 30, "PodScheduled=False on the pod no node takes")
+    assert condition["reason"] == "Unschedulable"
+    assert condition["message"].startswith("0/") and "didn't match Pod's node affinity/selector" in \
+        condition["message"]
+    assert cluster.get("v1", "Pod", "nowhere", ns)["spec"].get("nodeName") is None
+    assert not [c for c in pod_status(cluster, ns, "crowded").get("conditions") or [] if c["type"] == "PodScheduled"]
+    for name in ("nowhere", "crowded"):
+        cluster.delete("v1", "Pod", name, ns)
+
+
 def test_node_stop_leaves_no_processes(tmp_path):
     with harness.Cluster(str(tmp_path / "c"), kubeconfig="") as c:
         node = c.add_node("doomed", image_map={"e2e/sleeper:1": "/bin/sleep"})
