@@ -14,7 +14,7 @@
 - apiGroups: ["sluice.dev"]
   resources: ["dataservices/finalizers"]
   verbs: ["update"]
-# The dispatcher Service (server-side apply when its ports drift) and the journal claim. `get`: a create
+# The dispatcher Service (a JSON merge patch of its ports when they drift) and the journal claim. `get`: a create
 # answered 409 AlreadyExists is followed by a GET of that name, to tell a create of ours whose answer was
 # lost from an object someone else controls (reported as a FailedCreate Event naming its controller).
 - apiGroups: [""]
