@@ -6,7 +6,7 @@
 // (scalars) or object arrays of `bytes`. The GIL is released while waiting for data, creating and
 // closing clients; a waiting next() wakes every 100 ms to let Ctrl-C through.
 // Threading: a Client may be used from several Python threads; close() from one thread makes a
-// next() blocked in another return None.
+// next() blocked in another return None. Importing the module imports NumPy (see the module init).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -284,6 +284,14 @@ class PyClient {
 PYBIND11_MODULE(_sluice, m) {
   using sluice::python::PyClient;
   m.doc() = "Sluice data-service client (C++ core). Use the `sluice` package's Dataset instead.";
+  // NumPy, and pybind11's table of NumPy's C API, are loaded now, while the interpreter's import
+  // lock runs this initialisation once. pybind11 2.10 loads them on first use inside a C++
+  // function-local static: the first element conversion held that static's initialisation guard
+  // while importing NumPy, and the import releases the GIL, so a second thread converting an
+  // element (holding the GIL) waited on the guard while the first waited for the GIL — every
+  // thread froze (four threads reading four datasets in a fresh interpreter: 3 of 3 runs).
+  py::module_::import("numpy");
+  (void)py::dtype("u1");  // runs pybind11's npy_api::get() lookup
   static py::exception<std::runtime_error> error(m, "DataServiceError", PyExc_RuntimeError);
   sluice::python::g_data_service_error = error.ptr();
 

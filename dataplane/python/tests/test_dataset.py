@@ -234,3 +234,41 @@ def test_import_does_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+# Run in a fresh interpreter: the deadlock needed NumPy not imported yet when the first elements
+# were converted, which pytest's process (that imports numpy above) can no longer show.
+_THREADS_SCRIPT = r"""
+import faulthandler, sys, threading
+faulthandler.dump_traceback_later(float(sys.argv[2]), exit=True)  # stacks on stderr, exit code 1
+assert "numpy" not in sys.modules
+import sluice
+spec = "source:\n  range: {stop: 200, split_size: 10}\n"
+counts = [0] * 4
+errors = []
+def read(i):
+    try:
+        with iter(sluice.Dataset(sys.argv[1], pipeline=spec, heartbeat_interval_s=0.01)) as it:
+            for element in it:
+                counts[i] += int(element["value"]) >= 0
+    except BaseException as e:
+        errors.append(repr(e))
+threads = [threading.Thread(target=read, args=(i,)) for i in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+faulthandler.cancel_dump_traceback_later()
+print("counts", counts, "errors", errors)
+"""
+
+
+def test_threads_reading_their_own_datasets_in_a_fresh_interpreter_do_not_deadlock(service):
+    # Four threads, four datasets, NumPy not imported by anyone before: the first conversions
+    # used to freeze every thread (one inside NumPy's import, the others waiting on it).
+    deadline_s = 60
+    proc = subprocess.run(
+        [sys.executable, "-c", _THREADS_SCRIPT, service.address, str(deadline_s)],
+        capture_output=True, text=True, timeout=deadline_s + 30,
+    )
+    assert proc.returncode == 0, f"exit {proc.returncode}; stacks at the deadline:\n{proc.stderr[-6000:]}"
+    # Two workers, parallel epochs: each dataset reads the range twice.
+    assert "counts [400, 400, 400, 400] errors []" in proc.stdout, proc.stdout + proc.stderr
