@@ -114,6 +114,12 @@ absl::Status ValidateOptions(const DataServiceClientOptions& o) {
       return bad("consumer_index", absl::StrCat("must be in [0, num_consumers=", o.num_consumers, "), got ",
                                                 o.consumer_index));
     }
+    if (o.job_name.empty()) {
+      return bad("job_name", absl::StrCat("empty, but num_consumers is ", o.num_consumers,
+                                          ": coordinated reads need the consumers to share one job — give every "
+                                          "consumer the same job_name (without it each client is a job of its own "
+                                          "and no round ever completes)"));
+    }
     if (o.target_workers == service::TARGET_WORKERS_LOCAL) {
       return bad("target_workers", "LOCAL cannot apply to coordinated reads: every consumer reads every worker in "
                                    "round-robin order (use AUTO or ANY)");

@@ -946,6 +946,7 @@ TEST_CASE("client_hostile: malformed coordinated responses are errors") {
     expect = "bad magic";
   }
   auto o = h.Options();
+  o.job_name = "coordinated";
   o.num_consumers = 1;
   o.consumer_index = 0;
   auto client = MustCreate(o);
@@ -992,6 +993,7 @@ TEST_CASE("client_destruction: never hangs, cancels streams and releases the job
   SECTION("a coordinated round in flight") {
     h.workers[0]->SetRoundGate(0);
     h.workers[0]->SetRoundFunction(RoundElement);
+    o.job_name = "coordinated";
     o.num_consumers = 2;
     o.consumer_index = 0;
     auto client = MustCreate(o);
@@ -1004,6 +1006,18 @@ TEST_CASE("client_destruction: never hangs, cancels streams and releases the job
 TEST_CASE("client_create: bad options and unreachable dispatchers are clear errors") {
   Harness h(0);
   auto o = h.Options();
+  SECTION("num_consumers without job_name") {
+    // Each anonymous client is a job of its own: round 1 could never complete (it hung after one element).
+    o.num_consumers = 2;
+    o.consumer_index = 0;
+    auto c = DataServiceClient::Create(o);
+    REQUIRE_FALSE(c.ok());
+    CHECK(c.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(c.status().message()),
+               Catch::Contains("options.job_name") && Catch::Contains("num_consumers is 2"));
+    CHECK(h.dispatcher.job_requests().empty());
+  }
+  o.job_name = "coordinated";
   SECTION("consumer_index out of range") {
     o.num_consumers = 2;
     o.consumer_index = 2;

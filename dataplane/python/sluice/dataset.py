@@ -71,7 +71,7 @@ class Dataset:
     default pipeline (its --pipeline; the DataService's spec.pipeline).
     processing_mode: 'parallel_epochs' (sharding off) or 'distributed_epoch' (dynamic);
     sharding: 'off' | 'dynamic' | 'file' | 'data' overrides processing_mode.
-    consumer_index/num_consumers (both or neither): coordinated reads.
+    consumer_index/num_consumers (both or neither): coordinated reads; they need job_name.
     compression: 'auto' | 'none' | 'lz4' | 'zstd'; target_workers: 'auto' | 'any' | 'local'.
     """
 
@@ -112,6 +112,11 @@ class Dataset:
             raise ValueError(f"sharding: expected one of {', '.join(_SHARDINGS)}; got {sharding!r}")
         if (consumer_index is None) != (num_consumers is None):
             raise ValueError("consumer_index and num_consumers: give both (coordinated reads) or neither")
+        if num_consumers is not None and not job_name:
+            raise ValueError(
+                f"job_name: coordinated reads (num_consumers={num_consumers}) need a job_name shared by all "
+                "consumers; without one each client is a job of its own and no round ever completes"
+            )
         self._spec = parse_pipeline(pipeline) if pipeline is not None else None
         self._kwargs = dict(
             address=address,

@@ -159,7 +159,11 @@ def test_bad_arguments_are_value_errors():
     ds = sluice.Dataset("127.0.0.1:1", pipeline=RANGE, compression="snappy")
     with pytest.raises(ValueError, match="compression: expected one of auto, none, lz4, zstd"):
         iter(ds)
-    ds = sluice.Dataset("127.0.0.1:1", pipeline=RANGE, consumer_index=3, num_consumers=2)
+    # Coordinated reads without a shared job: each client would be a job of its own, and round 1
+    # would never complete (it hung after one element). Refused before connecting.
+    with pytest.raises(ValueError, match="job_name: coordinated reads .*num_consumers=2.* need"):
+        sluice.Dataset("127.0.0.1:1", pipeline=RANGE, consumer_index=0, num_consumers=2)
+    ds = sluice.Dataset("127.0.0.1:1", pipeline=RANGE, job_name="coord", consumer_index=3, num_consumers=2)
     with pytest.raises(ValueError, match="options.consumer_index"):
         iter(ds)
 
