@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -120,6 +121,36 @@ pipeline::PipelineDef ParseSpec(const std::string& text, const std::string& file
   return *std::move(def);
 }
 
+// Runs `fn` without the GIL and returns its result. The GIL is taken back by a plain call, not in
+// a destructor as pybind11's gil_scoped_release does: while the interpreter finalizes, Python ends
+// a (daemon) thread that takes the GIL with pthread_exit, and the forced unwinding through a
+// destructor — noexcept — called std::terminate: a daemon thread waiting in next() when the main
+// thread returned aborted the process ("terminate called without an active exception"). Through
+// plain frames the unwinding passes (pybind11's dispatcher rethrows it) and the thread just ends.
+template <typename Fn>
+auto WithoutGil(Fn&& fn) -> decltype(fn()) {
+  PyThreadState* state = PyEval_SaveThread();
+  if constexpr (std::is_void_v<decltype(fn())>) {
+    try {
+      fn();
+    } catch (...) {
+      PyEval_RestoreThread(state);
+      throw;
+    }
+    PyEval_RestoreThread(state);
+  } else {
+    std::optional<decltype(fn())> result;
+    try {
+      result.emplace(fn());
+    } catch (...) {
+      PyEval_RestoreThread(state);
+      throw;
+    }
+    PyEval_RestoreThread(state);
+    return *std::move(result);
+  }
+}
+
 // The Python-facing client: owns a DataServiceClient until close().
 class PyClient {
  public:
@@ -166,11 +197,8 @@ class PyClient {
     o.max_buffered_bytes = max_buffered_bytes;
     o.heartbeat_interval = absl::Seconds(heartbeat_interval_s);
     o.create_timeout = absl::Seconds(create_timeout_s);
-    absl::StatusOr<std::unique_ptr<client::DataServiceClient>> created;
-    {
-      py::gil_scoped_release release;
-      created = client::DataServiceClient::Create(std::move(o));
-    }
+    absl::StatusOr<std::unique_ptr<client::DataServiceClient>> created =
+        WithoutGil([&] { return client::DataServiceClient::Create(std::move(o)); });
     if (!created.ok()) RaiseCreateError(created.status());
     client_ = std::shared_ptr<client::DataServiceClient>(*std::move(created));
     job_id_ = client_->job_id();
@@ -183,16 +211,10 @@ class PyClient {
   py::object Next() {
     std::shared_ptr<client::DataServiceClient> c = Shared();
     // The last reference may be this one (close() ran meanwhile): destroy without the GIL.
-    auto drop = [&c] {
-      py::gil_scoped_release release;
-      c.reset();
-    };
+    auto drop = [&c] { WithoutGil([&c] { c.reset(); }); };
     while (true) {
-      absl::StatusOr<std::optional<pipeline::Element>> next;
-      {
-        py::gil_scoped_release release;
-        next = c->GetNext(absl::Milliseconds(100));
-      }
+      absl::StatusOr<std::optional<pipeline::Element>> next =
+          WithoutGil([&c] { return c->GetNext(absl::Milliseconds(100)); });
       if (!next.ok()) {
         if (next.status().code() == absl::StatusCode::kDeadlineExceeded) {
           if (PyErr_CheckSignals() != 0) {
@@ -254,9 +276,10 @@ class PyClient {
     std::shared_ptr<client::DataServiceClient> c = std::move(client_);
     if (!c) return;
     final_stats_ = c->stats();
-    py::gil_scoped_release release;
-    c->Cancel();
-    c.reset();  // destroys the client (joins threads, releases the job) unless next() still holds it
+    WithoutGil([&c] {
+      c->Cancel();
+      c.reset();  // destroys the client (joins threads, releases the job) unless next() still holds it
+    });
   }
 
   bool closed() const { return client_ == nullptr; }
