@@ -1,16 +1,19 @@
 // The Sluice data-service client: reads a job's elements from the workers, for one trainer process.
 //
 // Create() registers the pipeline with the dispatcher (or uses a registered dataset_id), gets or
-// creates the job, and starts background threads:
-//  - a heartbeat thread: ClientHeartbeat every heartbeat_interval carrying ClientMetrics (the stall
-//    signal), learning the job's tasks and whether the job finished; retries with backoff while
-//    the dispatcher is unreachable;
-//  - one reader per selected task (non-coordinated reads): a streaming GetElements call decoding
-//    into a shared bounded buffer (max_buffered_bytes, max_outstanding_requests: readers wait
-//    before reading more = backpressure), reconnecting with backoff when its worker restarts, and
-//    stopped when the dispatcher no longer lists its task;
-//  - or, for coordinated reads (num_consumers > 0), one round reader that asks, round after round,
-//    the worker serving the round (see round_robin.h) for this consumer's element.
+// creates the job, and starts the client's loops, each a class of its own behind the RPC
+// interfaces of service_rpc.h, with the one retry policy of retry_policy.h:
+//  - the session (job_session.h): ClientHeartbeat every heartbeat_interval carrying ClientMetrics
+//    (the stall signal), learning the job's tasks and whether the job finished; retries while the
+//    dispatcher is unreachable;
+//  - for non-coordinated reads, the task readers (task_readers.h): one streaming GetElements call
+//    per selected task, reconnecting when its worker restarts, stopped when the dispatcher no
+//    longer lists its task;
+//  - or, for coordinated reads (num_consumers > 0), the round reader (round_reader.h), which asks,
+//    round after round, the worker serving the round (see round_robin.h) for this consumer's element;
+//  - between the readers and GetNext, the element queue (element_queue.h): a bounded buffer
+//    (max_buffered_bytes, max_outstanding_requests: readers wait before reading more =
+//    backpressure), the sticky error, the end of the data, and the stall meter.
 // GetNext() hands out elements in arrival order (round order for coordinated reads).
 //
 // Threading: GetNext, BeginStep/EndStep and stats() may be called from any thread (the methods
