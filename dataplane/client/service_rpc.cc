@@ -101,6 +101,11 @@ class GrpcWorkerRpc final : public WorkerRpc {
                                                           const CallOptions& options) override {
     return Unary(StubFor(address), &service::Worker::Stub::GetElement, request, options);
   }
+  bool Connected(const std::string& address) override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    auto it = workers_.find(address);
+    return it != workers_.end() && it->second.channel->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY;
+  }
 
  private:
   struct Worker {

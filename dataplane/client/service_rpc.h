@@ -70,6 +70,11 @@ class WorkerRpc {
   virtual absl::StatusOr<service::GetElementsResponse> GetElement(const std::string& address,
                                                                   const service::GetElementsRequest& request,
                                                                   const CallOptions& options) = 0;
+  // Whether the connection to the worker at `address` is up now (gRPC: the channel is READY). A
+  // stream waiting (wait_for_ready) on a connection that is not up has received nothing and can
+  // receive nothing until it connects; on one that is up, the worker may have sent elements the
+  // reader has not read yet.
+  virtual bool Connected(const std::string& address) = 0;
 };
 
 std::unique_ptr<DispatcherRpc> MakeGrpcDispatcherRpc(std::shared_ptr<grpc::Channel> channel);

@@ -37,9 +37,13 @@ void TaskReaderSet::Update(const std::vector<service::TaskInfo>& tasks, bool job
       Reader& r = *it->second;
       // A reader between streams of a finished job can receive nothing more: every task of a
       // finished job has handed out its last element. Nor can a reconnection that has received
-      // nothing: it waits for a channel (wait_for_ready) to a worker that may be gone for good,
-      // and only a cancel ends that wait.
-      const bool idle_after_finish = job_finished_ && (!r.stream_open || r.reconnecting);
+      // nothing while its worker's connection is down: it waits for a channel (wait_for_ready) to
+      // a worker that may be gone for good, and only a cancel ends that wait. A reconnection on a
+      // connection that is up may hold the task's last elements, sent but not read yet: it runs
+      // to its end (the worker ends it; a failure is not retried once the job finished).
+      const bool idle_after_finish =
+          job_finished_ &&
+          (!r.stream_open || (r.reconnecting && !workers_->Connected(r.info.worker_address())));
       // A finished job lists no tasks, but a stream still open may carry its task's last elements
       // (popped by the worker before the task reported finished): let it run to end_of_sequence.
       const bool unlisted = !wanted.count(it->first) && !job_finished_;

@@ -7,8 +7,8 @@
 // finished, a finished job lists no tasks, but a stream still open may carry its task's last
 // elements (popped by the worker before the task reported finished): it is read to its
 // end_of_sequence. Readers that can receive nothing more — between streams, or reconnecting
-// without having received anything (waiting, wait_for_ready, for a worker that may be gone for
-// good) — are stopped. When the job has finished and every reader is done, the queue is told the
+// without having received anything while the worker's connection is down (waiting,
+// wait_for_ready, for a worker that may be gone for good) — are stopped. When the job has finished and every reader is done, the queue is told the
 // data ended.
 //
 // A reader whose stream fails or closes without end_of_sequence reconnects as the retry policy

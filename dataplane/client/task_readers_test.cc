@@ -110,13 +110,25 @@ TEST_CASE("client_task_readers: a finished job stops readers that can receive no
   f.readers->Update({MakeTask(1, "w1:1"), MakeTask(2, "w2:1")}, false);
   f.workers.Close(2, absl::UnavailableError("worker gone"));  // task 2 reconnects
   REQUIRE(WaitUntil([&] { return f.workers.streams_opened(2) == 2 && f.workers.open_streams() == 2; }));
-  f.readers->Update({}, /*job_finished=*/true);
-  // Task 2's reconnection received nothing: cancelled. Task 1's stream stays open for its last elements.
-  REQUIRE(WaitUntil([&] { return f.readers->active_readers() == 1; }));
-  f.workers.Send(1, ValuesResponse({5}, true));
-  auto [values, status] = f.Drain();
-  CHECK(status.ok());
-  CHECK(values == std::vector<int64_t>{5});
+  SECTION("the worker's connection is down: the reconnection, which received nothing, is cancelled") {
+    f.workers.SetConnected(false);
+    f.readers->Update({}, /*job_finished=*/true);
+    // Task 1's stream (not a reconnection) stays open for its last elements.
+    REQUIRE(WaitUntil([&] { return f.readers->active_readers() == 1; }));
+    f.workers.Send(1, ValuesResponse({5}, true));
+    auto [values, status] = f.Drain();
+    CHECK(status.ok());
+    CHECK(values == std::vector<int64_t>{5});
+  }
+  SECTION("the connection is up: the reconnection may hold the task's last elements and is read to its end") {
+    f.readers->Update({}, /*job_finished=*/true);
+    f.workers.Send(2, ValuesResponse({9}, true));
+    f.workers.Send(1, ValuesResponse({5}, true));
+    auto [values, status] = f.Drain();
+    CHECK(status.ok());
+    std::sort(values.begin(), values.end());
+    CHECK(values == std::vector<int64_t>{5, 9});
+  }
 }
 
 TEST_CASE("client_task_readers: a malformed element is the client's error after the elements before it") {

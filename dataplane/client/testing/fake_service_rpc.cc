@@ -165,6 +165,16 @@ void FakeWorkerRpc::Close(int64_t task_id, absl::Status status) {
   scripts_[task_id].push_back(Event{true, std::move(status), {}});
 }
 
+void FakeWorkerRpc::SetConnected(bool connected) {
+  absl::MutexLock l(&mu_);
+  connected_ = connected;
+}
+
+bool FakeWorkerRpc::Connected(const std::string&) {
+  absl::MutexLock l(&mu_);
+  return connected_;
+}
+
 int64_t FakeWorkerRpc::streams_opened(int64_t task_id) const {
   absl::MutexLock l(&mu_);
   auto it = opened_.find(task_id);

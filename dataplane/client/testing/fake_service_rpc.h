@@ -74,6 +74,9 @@ class FakeWorkerRpc final : public WorkerRpc {
   // Coordinated reads: answers GetElement (default: UNIMPLEMENTED).
   std::function<absl::StatusOr<service::GetElementsResponse>(const service::GetElementsRequest&)> get_element;
 
+  // What Connected() answers for every worker (default: true).
+  void SetConnected(bool connected) ABSL_LOCKS_EXCLUDED(mu_);
+
   int64_t streams_opened(int64_t task_id) const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t open_streams() const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<service::GetElementsRequest> element_requests() const ABSL_LOCKS_EXCLUDED(mu_);  // GetElement calls
@@ -84,6 +87,7 @@ class FakeWorkerRpc final : public WorkerRpc {
   absl::StatusOr<service::GetElementsResponse> GetElement(const std::string& address,
                                                           const service::GetElementsRequest& request,
                                                           const CallOptions& options) override;
+  bool Connected(const std::string& address) override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   class Stream;
@@ -96,6 +100,7 @@ class FakeWorkerRpc final : public WorkerRpc {
   std::map<int64_t, std::deque<Event>> scripts_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, int64_t> opened_ ABSL_GUARDED_BY(mu_);
   int64_t open_ ABSL_GUARDED_BY(mu_) = 0;
+  bool connected_ ABSL_GUARDED_BY(mu_) = true;
   std::vector<bool> stream_wait_for_ready_ ABSL_GUARDED_BY(mu_);
   std::vector<service::GetElementsRequest> element_requests_ ABSL_GUARDED_BY(mu_);
 };
