@@ -74,6 +74,9 @@ absl::Status ValidateOptions(const DataServiceClientOptions& o) {
   if (o.max_message_bytes <= 0) return bad("max_message_bytes", "must be > 0");
   if (o.heartbeat_interval <= absl::ZeroDuration()) return bad("heartbeat_interval", "must be > 0");
   if (o.rpc_timeout <= absl::ZeroDuration()) return bad("rpc_timeout", "must be > 0");
+  if (o.dispatcher_timeout <= absl::ZeroDuration()) {
+    return bad("dispatcher_timeout", "must be > 0 (InfiniteDuration: wait for the dispatcher forever)");
+  }
   return absl::OkStatus();
 }
 
@@ -119,6 +122,7 @@ class DataServiceClient::Impl final : public JobSession::Listener {
     return false;
   }
   void OnSessionError(absl::Status status) override { queue_.Fail(std::move(status)); }
+  void OnDispatcherUnreachable(absl::Duration unreachable_for, const absl::Status& last_error) override;
 
  private:
   void Shutdown();
@@ -137,6 +141,7 @@ class DataServiceClient::Impl final : public JobSession::Listener {
   // Buffers of consumed elements, parsed into again (at most 256 buffers, 64 MiB).
   const std::shared_ptr<BufferPool> buffers_ = BufferPool::Create(256, 64 << 20);
   std::atomic<bool> job_finished_{false};  // as the last heartbeat answer said
+  std::atomic<bool> ended_without_dispatcher_{false};
   ElementQueue queue_;
   // Set in Start before any thread runs; the pieces run their own threads.
   std::unique_ptr<JobSession> session_;
@@ -168,6 +173,7 @@ absl::Status DataServiceClient::Impl::Start() {
   so.create_timeout = opts_.create_timeout;
   so.rpc_timeout = opts_.rpc_timeout;
   so.release_timeout = opts_.release_timeout;
+  so.dispatcher_timeout = opts_.dispatcher_timeout;
   session_ = std::make_unique<JobSession>(
       so, MakeGrpcDispatcherRpc(grpc::CreateCustomChannel(opts_.dispatcher_address, *creds, channel_args)));
 
@@ -223,6 +229,31 @@ absl::Status DataServiceClient::Impl::Start() {
   return absl::OkStatus();
 }
 
+void DataServiceClient::Impl::OnDispatcherUnreachable(absl::Duration unreachable_for, const absl::Status& last_error) {
+  // Every task this client reads has handed out its end: that is all the data there will be,
+  // unless the dispatcher, back, added tasks (a worker joining a parallel-epochs job) — which it
+  // cannot while it is gone.
+  if (readers_ && !ended_without_dispatcher_.load() && readers_->EndIfEveryTaskEnded([&] {
+        ended_without_dispatcher_.store(true);  // before the end can be seen
+        SLUICE_LOG(Warning, "every task ended and the dispatcher is unreachable: ending without its word")
+            .With("dispatcher", opts_.dispatcher_address)
+            .With("unreachable_s", absl::ToDoubleSeconds(unreachable_for))
+            .With("error", std::string(last_error.message()));
+      })) {
+    return;
+  }
+  if (ended_without_dispatcher_.load()) return;
+  // Otherwise the client cannot tell an end from an outage: once nothing has arrived for as long
+  // either, waiting on is waiting forever.
+  const std::optional<absl::Time> idle_since = queue_.IdleSince();
+  if (!idle_since || absl::Now() - *idle_since < opts_.dispatcher_timeout) return;
+  queue_.Fail(absl::UnavailableError(absl::StrCat(
+      "the dispatcher at ", opts_.dispatcher_address, " has not answered for ", absl::FormatDuration(absl::Trunc(unreachable_for, absl::Milliseconds(1))),
+      " (last error: ", last_error.message(), ") and no element has arrived for as long, so the end of job ",
+      job_id_, " cannot be confirmed; giving up after options.dispatcher_timeout ",
+      absl::FormatDuration(opts_.dispatcher_timeout), " (restart the dispatcher with its journal, or raise the timeout)")));
+}
+
 void DataServiceClient::Impl::Shutdown() {
   Cancel();
   if (!session_) return;  // Start failed before the session existed
@@ -265,6 +296,7 @@ ClientStats DataServiceClient::Impl::Stats() const {
     s.heartbeat_failures = session_->heartbeat_failures();
   }
   s.job_finished = job_finished_.load();
+  s.ended_without_dispatcher = ended_without_dispatcher_.load();
   return s;
 }
 

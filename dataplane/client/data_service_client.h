@@ -79,6 +79,10 @@ struct DataServiceClientOptions {
   absl::Duration create_timeout = absl::Seconds(60);  // Create() retries an unreachable dispatcher this long
   absl::Duration rpc_timeout = absl::Seconds(10);     // deadline of unary RPCs (heartbeats, GetElement)
   absl::Duration release_timeout = absl::Seconds(2);  // deadline of ReleaseJobClient in the destructor
+  // How long the client goes on without the dispatcher (no heartbeat answered) before it decides
+  // on its own: the end of the data if every task it reads has ended (end_of_sequence), otherwise,
+  // once no element has arrived for as long either, UNAVAILABLE. InfiniteDuration: wait forever.
+  absl::Duration dispatcher_timeout = absl::Minutes(2);
   // Clock for the stall metrics only (wait/step seconds); default absl::Now. Tests inject a fake.
   std::function<absl::Time()> clock;
 };
@@ -104,6 +108,7 @@ struct ClientStats {
   int64_t rounds_skipped = 0;
   int64_t waiting_consumers = 0;   // threads blocked inside GetNext right now
   bool job_finished = false;
+  bool ended_without_dispatcher = false;  // the end was concluded without the dispatcher (dispatcher_timeout)
 };
 
 class DataServiceClient;

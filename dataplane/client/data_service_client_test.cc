@@ -814,6 +814,65 @@ TEST_CASE("client_reconnect: a job that finishes while a reader waits to reconne
   CHECK_FALSE(end->has_value());
 }
 
+TEST_CASE("client_dispatcher_gone: the end once every task ended, else an error, never a hang") {
+  Harness h(2);
+  h.dispatcher.AddTask(MakeTask(1, h.worker_address(0)));
+  h.dispatcher.AddTask(MakeTask(2, h.worker_address(1)));
+  auto o = h.Options();
+  o.dispatcher_timeout = absl::Milliseconds(200);
+  SECTION("every task ended: the end, after the elements") {
+    for (int i = 0; i < 3; ++i) h.workers[0]->PushElement(1, Num(i));
+    h.workers[0]->PushEnd(1);
+    h.workers[1]->PushElement(2, Num(3));
+    auto client = MustCreate(o);
+    std::vector<int64_t> rest = {V(**client->GetNext(absl::Seconds(30)))};
+    // The dispatcher is gone for good before it could say the job finished.
+    h.dispatcher_server->Stop();
+    h.workers[1]->PushEnd(2);
+    while (true) {
+      auto next = client->GetNext(absl::Seconds(30));  // without the fix: DeadlineExceeded, again and again
+      REQUIRE(next.ok());
+      if (!next->has_value()) break;
+      rest.push_back(V(**next));
+    }
+    std::sort(rest.begin(), rest.end());
+    CHECK(rest == std::vector<int64_t>{0, 1, 2, 3});
+    CHECK(client->stats().ended_without_dispatcher);
+    CHECK_FALSE(client->stats().job_finished);
+    CHECK(client->status().ok());
+  }
+  SECTION("a task has not ended and nothing arrives: UNAVAILABLE naming the timeout") {
+    h.workers[0]->PushElement(1, Num(0));
+    h.workers[0]->PushEnd(1);
+    h.workers[1]->AddTask(2);  // open, never sends (a worker waiting on the dispatcher for splits)
+    auto client = MustCreate(o);
+    CHECK(V(**client->GetNext(absl::Seconds(30))) == 0);
+    h.dispatcher_server->Stop();
+    auto err = client->GetNext(absl::Seconds(30));
+    REQUIRE_FALSE(err.ok());
+    CHECK(err.status().code() == absl::StatusCode::kUnavailable);
+    CHECK_THAT(std::string(err.status().message()),
+               Catch::Contains("has not answered for") && Catch::Contains("options.dispatcher_timeout 200ms"));
+    CHECK_FALSE(client->stats().ended_without_dispatcher);
+  }
+  SECTION("the dispatcher comes back in time: nothing is decided without it") {
+    h.workers[0]->PushElement(1, Num(0));
+    h.workers[0]->PushEnd(1);
+    h.workers[1]->PushEnd(2);
+    o.dispatcher_timeout = absl::InfiniteDuration();
+    auto client = MustCreate(o);
+    CHECK(V(**client->GetNext(absl::Seconds(30))) == 0);
+    REQUIRE(WaitUntil([&] { return client->stats().active_readers == 0; }));
+    // Both tasks ended but the job is not finished: without a timeout the client waits for the word.
+    CHECK(client->GetNext(absl::Milliseconds(300)).status().code() == absl::StatusCode::kDeadlineExceeded);
+    h.dispatcher.SetJobFinished(true);
+    auto end = client->GetNext(absl::Seconds(30));
+    REQUIRE(end.ok());
+    CHECK_FALSE(end->has_value());
+    CHECK_FALSE(client->stats().ended_without_dispatcher);
+  }
+}
+
 TEST_CASE("client_reconnect: a dispatcher that forgot the client is a clear error") {
   Harness h(1);
   h.dispatcher.AddTask(MakeTask(1, h.worker_address(0)));

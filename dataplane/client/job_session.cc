@@ -71,6 +71,7 @@ absl::Status JobSession::Open(const std::optional<pipeline::PipelineDef>& pipeli
   if (!job.ok()) return job.status();
   job_id_ = job->job_id();
   job_client_id_ = job->job_client_id();
+  last_answer_ = absl::Now();
   // The dispatcher names the dataset it resolved (its default pipeline's when none was given).
   if (!job->dataset_id().empty()) dataset_id_ = job->dataset_id();
   return absl::OkStatus();
@@ -91,7 +92,12 @@ void JobSession::HeartbeatLoop(Listener* listener) {
     req.set_job_client_id(job_client_id_);
     listener->FillHeartbeat(&req);
     CallOptions o;
-    o.deadline = absl::Now() + opts_.rpc_timeout;
+    const absl::Time now = absl::Now();
+    o.deadline = now + opts_.rpc_timeout;
+    // A retry waits for the channel (wait_for_ready) until its deadline; it does not wait past the
+    // moment the dispatcher's absence reaches dispatcher_timeout, so the absence is noticed then.
+    const absl::Time decide_at = last_answer_ + opts_.dispatcher_timeout;
+    if (decide_at > now) o.deadline = std::min(o.deadline, decide_at);
     o.wait_for_ready = policy.wait_for_ready();
     o.cancel = &stop_;
     absl::StatusOr<service::ClientHeartbeatResponse> resp = rpc_->ClientHeartbeat(req, o);
@@ -99,6 +105,7 @@ void JobSession::HeartbeatLoop(Listener* listener) {
     absl::Duration delay = opts_.heartbeat_interval;
     if (resp.ok()) {
       ++heartbeats_ok_;
+      last_answer_ = absl::Now();
       policy.OnSuccess();
       // While a worker joins, the consumers' answers are what the dispatcher waits for.
       if (listener->OnHeartbeat(*resp)) {
@@ -119,6 +126,8 @@ void JobSession::HeartbeatLoop(Listener* listener) {
           .With("dispatcher", opts_.dispatcher_address)
           .With("error", std::string(resp.status().message()))
           .With("retry_ms", absl::ToInt64Milliseconds(delay));
+      const absl::Duration unreachable_for = absl::Now() - last_answer_;
+      if (unreachable_for >= opts_.dispatcher_timeout) listener->OnDispatcherUnreachable(unreachable_for, resp.status());
     }
     if (stop_.WaitFor(delay)) break;
   }

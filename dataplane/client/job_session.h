@@ -10,6 +10,11 @@
 // Release() sends a last heartbeat with the final metrics and releases the job client, both
 // within release_timeout.
 //
+// The dispatcher's absence: when no heartbeat has been answered for dispatcher_timeout (counted
+// from the last answer, or from Open), every further failed heartbeat tells the listener
+// (OnDispatcherUnreachable), which decides whether the client can end or must fail; heartbeats go
+// on meanwhile.
+//
 // Threading: Open, Start, Cancel, Join and Release are called by the owner (Cancel from any
 // thread). The listener is called on the heartbeat thread, without any lock of this class held.
 // Accessors are thread-safe once Open returned.
@@ -42,6 +47,7 @@ class JobSession {
     absl::Duration create_timeout = absl::Seconds(60);
     absl::Duration rpc_timeout = absl::Seconds(10);
     absl::Duration release_timeout = absl::Seconds(2);
+    absl::Duration dispatcher_timeout = absl::Minutes(2);  // InfiniteDuration: never report the absence
   };
 
   class Listener {
@@ -54,6 +60,9 @@ class JobSession {
     virtual bool OnHeartbeat(const service::ClientHeartbeatResponse& response) = 0;
     // A heartbeat failed in a way retrying cannot fix: the client's error. No more heartbeats.
     virtual void OnSessionError(absl::Status status) = 0;
+    // No heartbeat has been answered for `unreachable_for` >= dispatcher_timeout; `last_error` is
+    // the latest failure. Called after each failed heartbeat from then on.
+    virtual void OnDispatcherUnreachable(absl::Duration unreachable_for, const absl::Status& last_error) = 0;
   };
 
   JobSession(Options options, std::unique_ptr<DispatcherRpc> rpc);
@@ -91,6 +100,7 @@ class JobSession {
   std::string dataset_id_;
   int64_t job_id_ = 0;
   int64_t job_client_id_ = 0;
+  absl::Time last_answer_ = absl::InfinitePast();  // heartbeat thread only (set by Open before it)
   std::atomic<int64_t> heartbeats_ok_{0};
   std::atomic<int64_t> heartbeat_failures_{0};
 };

@@ -44,6 +44,14 @@ class RecordingListener : public JobSession::Listener {
     absl::MutexLock l(&mu_);
     errors_.push_back(std::move(status));
   }
+  void OnDispatcherUnreachable(absl::Duration unreachable_for, const absl::Status& last_error) override {
+    absl::MutexLock l(&mu_);
+    unreachable_.emplace_back(unreachable_for, last_error);
+  }
+  std::vector<std::pair<absl::Duration, absl::Status>> unreachable() const {
+    absl::MutexLock l(&mu_);
+    return unreachable_;
+  }
   size_t answers() const {
     absl::MutexLock l(&mu_);
     return answers_.size();
@@ -57,6 +65,7 @@ class RecordingListener : public JobSession::Listener {
   mutable absl::Mutex mu_;
   std::vector<service::ClientHeartbeatResponse> answers_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::Status> errors_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<absl::Duration, absl::Status>> unreachable_ ABSL_GUARDED_BY(mu_);
 };
 
 TEST_CASE("client_job_session: Open registers, gets the job, and retries an unreachable dispatcher") {
@@ -168,6 +177,40 @@ TEST_CASE("client_job_session: Cancel stops the loop, Release sends the final he
   CHECK(sent.back().job_client_id() == 1);
   CHECK(fake->calls().back() == "ReleaseJobClient");
   CHECK(listener.errors().empty());
+}
+
+TEST_CASE("client_job_session: a dispatcher unreachable for dispatcher_timeout is reported after each failure") {
+  auto rpc = std::make_unique<FakeDispatcherRpc>();
+  FakeDispatcherRpc* fake = rpc.get();
+  std::atomic<bool> down{false};
+  fake->client_heartbeat = [&](const service::ClientHeartbeatRequest&, const CallOptions&)
+      -> absl::StatusOr<service::ClientHeartbeatResponse> {
+    if (down) return absl::UnavailableError("connection refused");
+    return service::ClientHeartbeatResponse();
+  };
+  auto o = FastOptions();
+  o.dispatcher_timeout = absl::Milliseconds(50);
+  JobSession session(o, std::move(rpc));
+  REQUIRE(session.Open(std::nullopt, JobRequest("d")).ok());
+  RecordingListener listener;
+  session.Start(&listener);
+  REQUIRE(WaitUntil([&] { return listener.answers() >= 1; }));
+  down = true;
+  const absl::Time went_down = absl::Now();
+  REQUIRE(WaitUntil([&] { return listener.unreachable().size() >= 2; }));
+  const auto reports = listener.unreachable();
+  CHECK(reports[0].first >= absl::Milliseconds(50));
+  CHECK(reports[0].first <= absl::Now() - went_down + absl::Milliseconds(50));  // counted from the last answer
+  CHECK(reports[0].second.code() == absl::StatusCode::kUnavailable);
+  CHECK(reports[1].first >= reports[0].first);
+  CHECK(listener.errors().empty());  // an absence is not an error by itself: the listener decides
+  // The dispatcher is back: no more reports.
+  down = false;
+  const size_t answers = listener.answers();
+  REQUIRE(WaitUntil([&] { return listener.answers() > answers + 1; }));
+  const size_t after = listener.unreachable().size();
+  REQUIRE(WaitUntil([&] { return listener.answers() > answers + 3; }));
+  CHECK(listener.unreachable().size() == after);
 }
 
 }  // namespace

@@ -89,6 +89,18 @@ void TaskReaderSet::JoinAll() {
   }
 }
 
+bool TaskReaderSet::EndIfEveryTaskEnded(const std::function<void()>& before_end) {
+  absl::MutexLock l(&mu_);
+  if (readers_.empty()) return false;
+  for (const auto& [id, r] : readers_) {
+    if (!r->done || !finished_tasks_.count(id)) return false;
+  }
+  before_end();
+  job_finished_ = true;
+  PublishLocked();
+  return true;
+}
+
 int64_t TaskReaderSet::active_readers() const {
   absl::MutexLock l(&mu_);
   int64_t n = 0;

@@ -26,6 +26,7 @@
 #define SLUICE_DATAPLANE_CLIENT_TASK_READERS_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -71,6 +72,10 @@ class TaskReaderSet {
   void StopAll() ABSL_LOCKS_EXCLUDED(mu_);
   // Joins every reader thread (after StopAll, or once they ended).
   void JoinAll() ABSL_LOCKS_EXCLUDED(mu_);
+  // Without the dispatcher's word: if at least one task was read and every task read has ended
+  // with end_of_sequence (no stream open, none retrying), the data ended — as if the job finished.
+  // Returns whether it did; `before_end` runs first (under this set's lock).
+  bool EndIfEveryTaskEnded(const std::function<void()>& before_end) ABSL_LOCKS_EXCLUDED(mu_);
 
   int64_t active_readers() const ABSL_LOCKS_EXCLUDED(mu_);  // reader threads still running
   int64_t reconnects() const ABSL_LOCKS_EXCLUDED(mu_);      // streams opened again after a failure

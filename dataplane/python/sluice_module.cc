@@ -160,7 +160,8 @@ class PyClient {
            int64_t num_epochs, const std::string& compression, const std::string& target_workers,
            const std::string& client_host, const std::string& tls_ca, const std::string& tls_cert,
            const std::string& tls_key, const std::string& tls_server_name, std::optional<int> max_outstanding_requests,
-           int64_t max_buffered_bytes, double heartbeat_interval_s, double create_timeout_s) {
+           int64_t max_buffered_bytes, double heartbeat_interval_s, double create_timeout_s,
+           std::optional<double> dispatcher_timeout_s) {
     client::DataServiceClientOptions o;
     o.dispatcher_address = address;
     if (spec_text) {
@@ -197,6 +198,7 @@ class PyClient {
     o.max_buffered_bytes = max_buffered_bytes;
     o.heartbeat_interval = absl::Seconds(heartbeat_interval_s);
     o.create_timeout = absl::Seconds(create_timeout_s);
+    o.dispatcher_timeout = dispatcher_timeout_s ? absl::Seconds(*dispatcher_timeout_s) : absl::InfiniteDuration();
     absl::StatusOr<std::unique_ptr<client::DataServiceClient>> created =
         WithoutGil([&] { return client::DataServiceClient::Create(std::move(o)); });
     if (!created.ok()) RaiseCreateError(created.status());
@@ -267,6 +269,7 @@ class PyClient {
     d["current_round"] = s.current_round;
     d["rounds_skipped"] = s.rounds_skipped;
     d["job_finished"] = s.job_finished;
+    d["ended_without_dispatcher"] = s.ended_without_dispatcher;
     d["waiting"] = s.waiting_consumers;
     return d;
   }
@@ -340,7 +343,7 @@ PYBIND11_MODULE(_sluice, m) {
                     const std::string&, const std::string&, const std::string&, int, int, std::optional<bool>, int64_t,
                     const std::string&, const std::string&, const std::string&, const std::string&,
                     const std::string&, const std::string&, const std::string&, std::optional<int>, int64_t, double,
-                    double>(),
+                    double, std::optional<double>>(),
            py::arg("address"), py::arg("spec_text") = py::none(), py::arg("spec_filename") = "<string>",
            py::arg("spec_path") = py::none(), py::arg("dataset_id") = "", py::arg("job_name") = "",
            py::arg("sharding") = "off", py::arg("num_consumers") = 0, py::arg("consumer_index") = -1,
@@ -348,7 +351,8 @@ PYBIND11_MODULE(_sluice, m) {
            py::arg("target_workers") = "auto", py::arg("client_host") = "", py::arg("tls_ca") = "",
            py::arg("tls_cert") = "", py::arg("tls_key") = "", py::arg("tls_server_name") = "",
            py::arg("max_outstanding_requests") = py::none(), py::arg("max_buffered_bytes") = int64_t{256} << 20,
-           py::arg("heartbeat_interval_s") = 0.5, py::arg("create_timeout_s") = 60.0)
+           py::arg("heartbeat_interval_s") = 0.5, py::arg("create_timeout_s") = 60.0,
+           py::arg("dispatcher_timeout_s") = 120.0)
       .def("next", &PyClient::Next, "The next element (dict of NumPy arrays), or None at the end.")
       .def("begin_step", &PyClient::BeginStep)
       .def("end_step", &PyClient::EndStep)

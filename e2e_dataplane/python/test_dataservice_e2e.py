@@ -2,6 +2,7 @@
 
 import collections
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -132,6 +133,38 @@ def test_step_contexts_measure_stalls_and_reach_the_dispatcher(dataservice):
     step = dataservice.metric(d, "sluice_client_step_seconds_total", job="stall")
     assert 0 <= wait <= step
     it.close()
+
+
+def test_a_reader_ends_when_its_dispatcher_is_gone_for_good():
+    # As reported: one worker, parallel epochs; one element read, then kill -9 of the dispatcher for
+    # good. Every element arrived in order and then next() blocked forever. Elements of 1 MiB and a
+    # 2 MiB buffer keep the worker from handing out the whole epoch before the kill.
+    svc = DataService(workers=1)
+    try:
+        spec = (
+            "source:\n  range: {stop: 100, split_size: 10}\n"
+            "steps:\n  - map: {ops: [{reshape: {field: value, shape: [1]}}, {pad: {field: value, length: 131072}}]}\n"
+        )
+        ds = sluice.Dataset(svc.address, pipeline=spec, compression="none", max_buffered_bytes=2 << 20,
+                            dispatcher_timeout_s=1.0, **FAST)
+        it = iter(ds)
+        got = [int(next(it)["value"][0])]
+        assert not it.stats()["job_finished"]
+        svc.dispatcher.kill()
+        done = threading.Event()
+
+        def read_rest():
+            got.extend(int(e["value"][0]) for e in it)
+            done.set()
+
+        threading.Thread(target=read_rest, daemon=True).start()
+        assert done.wait(60), f"next() still blocked 60 s after the dispatcher was killed; got {len(got)}"
+        assert got == list(range(100))
+        stats = it.stats()
+        assert stats["ended_without_dispatcher"] and not stats["job_finished"]
+        it.close()
+    finally:
+        svc.close()
 
 
 def test_bad_pipeline_and_mismatched_job_raise_clear_errors(dataservice):

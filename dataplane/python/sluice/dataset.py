@@ -73,6 +73,9 @@ class Dataset:
     sharding: 'off' | 'dynamic' | 'file' | 'data' overrides processing_mode.
     consumer_index/num_consumers (both or neither): coordinated reads; they need job_name.
     compression: 'auto' | 'none' | 'lz4' | 'zstd'; target_workers: 'auto' | 'any' | 'local'.
+    dispatcher_timeout_s: how long iteration goes on without the dispatcher before deciding alone:
+    the end if every task read has ended, else DataServiceError UNAVAILABLE once nothing has
+    arrived for as long (None: wait for the dispatcher forever).
     """
 
     def __init__(
@@ -99,6 +102,7 @@ class Dataset:
         max_buffered_bytes=256 << 20,
         heartbeat_interval_s=0.5,
         create_timeout_s=60.0,
+        dispatcher_timeout_s=120.0,
     ):
         if not isinstance(address, str) or not address:
             raise ValueError("address: expected the dispatcher's 'host:port'")
@@ -140,6 +144,7 @@ class Dataset:
             max_buffered_bytes=int(max_buffered_bytes),
             heartbeat_interval_s=float(heartbeat_interval_s),
             create_timeout_s=float(create_timeout_s),
+            dispatcher_timeout_s=None if dispatcher_timeout_s is None else float(dispatcher_timeout_s),
         )
         self._iterator = None
 
