@@ -61,6 +61,10 @@ absl::Status ValidateOptions(const DataServiceClientOptions& o) {
   } else if (o.consumer_index >= 0) {
     return bad("consumer_index", absl::StrCat("set to ", o.consumer_index, " but num_consumers is 0; set both"));
   }
+  if (o.iteration < 0) return bad("iteration", absl::StrCat("must be >= 0 (0: the name's current one), got ", o.iteration));
+  if (o.iteration > 0 && o.job_name.empty()) {
+    return bad("iteration", absl::StrCat("set to ", o.iteration, " but job_name is empty; an iteration is a run of a named job"));
+  }
   if (o.num_epochs == 0 || o.num_epochs < -1) {
     return bad("num_epochs", absl::StrCat("must be >= 1 or -1 (forever), got ", o.num_epochs));
   }
@@ -108,6 +112,7 @@ class DataServiceClient::Impl final : public JobSession::Listener {
   const std::string& dataset_id() const { return dataset_id_; }
   int64_t job_id() const { return job_id_; }
   int64_t job_client_id() const { return job_client_id_; }
+  int64_t iteration() const { return iteration_; }
   const std::string& client_host() const { return client_host_; }
 
   // JobSession::Listener (called on the heartbeat thread).
@@ -138,6 +143,7 @@ class DataServiceClient::Impl final : public JobSession::Listener {
   std::string dataset_id_;
   int64_t job_id_ = 0;
   int64_t job_client_id_ = 0;
+  int64_t iteration_ = 0;
   // Buffers of consumed elements, parsed into again (at most 256 buffers, 64 MiB).
   const std::shared_ptr<BufferPool> buffers_ = BufferPool::Create(256, 64 << 20);
   std::atomic<bool> job_finished_{false};  // as the last heartbeat answer said
@@ -189,10 +195,22 @@ absl::Status DataServiceClient::Impl::Start() {
   spec->set_target_workers(opts_.target_workers);
   job_req.set_client_host(client_host_);
   if (coordinated_) job_req.set_consumer_index(opts_.consumer_index);
+  job_req.set_iteration(opts_.iteration);
   if (auto s = session_->Open(opts_.pipeline, job_req); !s.ok()) return s;
   dataset_id_ = session_->dataset_id();
   job_id_ = session_->job_id();
   job_client_id_ = session_->job_client_id();
+  iteration_ = session_->iteration();
+  if (session_->iteration_over()) {
+    // The readers of this name finished the requested iteration without this one: an empty pass.
+    SLUICE_LOG(Info, "the requested iteration of the job is over; nothing to read")
+        .With("dispatcher", opts_.dispatcher_address)
+        .With("job_name", opts_.job_name)
+        .With("iteration", iteration_);
+    job_finished_.store(true);
+    queue_.SetEnd();
+    return absl::OkStatus();
+  }
   SLUICE_LOG(Info, "data service client started")
       .With("dispatcher", opts_.dispatcher_address)
       .With("dataset_id", dataset_id_)
@@ -323,6 +341,7 @@ ClientStats DataServiceClient::stats() const { return impl_->Stats(); }
 const std::string& DataServiceClient::dataset_id() const { return impl_->dataset_id(); }
 int64_t DataServiceClient::job_id() const { return impl_->job_id(); }
 int64_t DataServiceClient::job_client_id() const { return impl_->job_client_id(); }
+int64_t DataServiceClient::iteration() const { return impl_->iteration(); }
 const std::string& DataServiceClient::client_host() const { return impl_->client_host(); }
 absl::Status DataServiceClient::status() const { return impl_->LastError(); }
 

@@ -51,6 +51,11 @@ struct DataServiceClientOptions {
   std::optional<pipeline::PipelineDef> pipeline;
   std::string dataset_id;
   std::string job_name;                               // empty: an anonymous job of this client alone
+  // Named jobs: this reader's pass over the data when it repeats it on its side (1, 2, ...; see
+  // docs/dataservice-client.md, "Sharing a job and repeating"): the k-th passes of the readers of
+  // a name share the name's iteration k; a pass that comes after iteration k is over is empty.
+  // 0: the name's current iteration, or the next one once it finished.
+  int64_t iteration = 0;
   service::ShardingPolicy sharding = service::SHARDING_OFF;
   int32_t num_consumers = 0;                          // > 0: coordinated reads ...
   int32_t consumer_index = -1;                        // ... as consumer [0, num_consumers)
@@ -179,7 +184,8 @@ class DataServiceClient {
   ClientStats stats() const;
   const std::string& dataset_id() const;
   int64_t job_id() const;
-  int64_t job_client_id() const;
+  int64_t job_client_id() const;     // 0 when the requested iteration was over (nothing to read)
+  int64_t iteration() const;         // which iteration of the job name this client reads
   const std::string& client_host() const;
 
   class Impl;

@@ -873,6 +873,31 @@ TEST_CASE("client_dispatcher_gone: the end once every task ended, else an error,
   }
 }
 
+TEST_CASE("client_iteration: the pass number is sent, and a pass whose iteration is over is empty") {
+  Harness h(1);
+  h.dispatcher.AddTask(MakeTask(1, h.worker_address(0)));
+  h.dispatcher.SetIterationsOver(2);
+  auto o = h.Options();
+  o.job_name = "shared";
+  o.iteration = 2;  // the other readers finished iteration 2 before this reader's second pass began
+  auto client = MustCreate(o);
+  CHECK(h.dispatcher.job_requests().back().iteration() == 2);
+  CHECK(client->iteration() == 2);
+  CHECK(client->job_client_id() == 0);
+  auto end = client->GetNext(absl::Seconds(30));
+  REQUIRE(end.ok());
+  CHECK_FALSE(end->has_value());
+  CHECK(client->stats().job_finished);
+  CHECK(h.workers[0]->active_streams() == 0);
+  client.reset();
+  CHECK(h.dispatcher.heartbeats() == 0);   // no client was made: nothing to heartbeat ...
+  CHECK(h.dispatcher.released().empty());  // ... or release
+  SECTION("an iteration needs a job name") {
+    o.job_name.clear();
+    CHECK_THAT(std::string(DataServiceClient::Create(o).status().message()), Catch::Contains("options.iteration"));
+  }
+}
+
 TEST_CASE("client_reconnect: a dispatcher that forgot the client is a clear error") {
   Harness h(1);
   h.dispatcher.AddTask(MakeTask(1, h.worker_address(0)));

@@ -71,6 +71,8 @@ absl::Status JobSession::Open(const std::optional<pipeline::PipelineDef>& pipeli
   if (!job.ok()) return job.status();
   job_id_ = job->job_id();
   job_client_id_ = job->job_client_id();
+  iteration_ = job->iteration();
+  iteration_over_ = job->job_finished();
   last_answer_ = absl::Now();
   // The dispatcher names the dataset it resolved (its default pipeline's when none was given).
   if (!job->dataset_id().empty()) dataset_id_ = job->dataset_id();

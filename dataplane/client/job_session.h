@@ -83,7 +83,11 @@ class JobSession {
 
   const std::string& dataset_id() const { return dataset_id_; }
   int64_t job_id() const { return job_id_; }
-  int64_t job_client_id() const { return job_client_id_; }
+  int64_t job_client_id() const { return job_client_id_; }  // 0 when iteration_over()
+  int64_t iteration() const { return iteration_; }
+  // The requested iteration was over (GetOrCreateJobResponse.job_finished): no job client was made,
+  // there is nothing to read; do not Start.
+  bool iteration_over() const { return iteration_over_; }
   int64_t heartbeats_ok() const { return heartbeats_ok_.load(); }
   int64_t heartbeat_failures() const { return heartbeat_failures_.load(); }
 
@@ -100,6 +104,8 @@ class JobSession {
   std::string dataset_id_;
   int64_t job_id_ = 0;
   int64_t job_client_id_ = 0;
+  int64_t iteration_ = 0;
+  bool iteration_over_ = false;
   absl::Time last_answer_ = absl::InfinitePast();  // heartbeat thread only (set by Open before it)
   std::atomic<int64_t> heartbeats_ok_{0};
   std::atomic<int64_t> heartbeat_failures_{0};

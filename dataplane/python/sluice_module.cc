@@ -161,7 +161,7 @@ class PyClient {
            const std::string& client_host, const std::string& tls_ca, const std::string& tls_cert,
            const std::string& tls_key, const std::string& tls_server_name, std::optional<int> max_outstanding_requests,
            int64_t max_buffered_bytes, double heartbeat_interval_s, double create_timeout_s,
-           std::optional<double> dispatcher_timeout_s) {
+           std::optional<double> dispatcher_timeout_s, int64_t iteration) {
     client::DataServiceClientOptions o;
     o.dispatcher_address = address;
     if (spec_text) {
@@ -173,6 +173,7 @@ class PyClient {
     }
     o.dataset_id = dataset_id;
     o.job_name = job_name;
+    o.iteration = iteration;
     o.sharding = ParseChoice<service::ShardingPolicy>(
         "sharding", sharding,
         {{"off", service::SHARDING_OFF}, {"dynamic", service::SHARDING_DYNAMIC}, {"file", service::SHARDING_FILE},
@@ -205,6 +206,7 @@ class PyClient {
     client_ = std::shared_ptr<client::DataServiceClient>(*std::move(created));
     job_id_ = client_->job_id();
     job_client_id_ = client_->job_client_id();
+    iteration_ = client_->iteration();
     dataset_id_ = client_->dataset_id();
     client_host_ = client_->client_host();
   }
@@ -288,6 +290,7 @@ class PyClient {
   bool closed() const { return client_ == nullptr; }
   int64_t job_id() const { return job_id_; }
   int64_t job_client_id() const { return job_client_id_; }
+  int64_t iteration() const { return iteration_; }
   const std::string& dataset_id() const { return dataset_id_; }
   const std::string& client_host() const { return client_host_; }
 
@@ -300,6 +303,7 @@ class PyClient {
   client::ClientStats final_stats_;
   int64_t job_id_ = 0;
   int64_t job_client_id_ = 0;
+  int64_t iteration_ = 0;
   std::string dataset_id_;
   std::string client_host_;
 };
@@ -343,7 +347,7 @@ PYBIND11_MODULE(_sluice, m) {
                     const std::string&, const std::string&, const std::string&, int, int, std::optional<bool>, int64_t,
                     const std::string&, const std::string&, const std::string&, const std::string&,
                     const std::string&, const std::string&, const std::string&, std::optional<int>, int64_t, double,
-                    double, std::optional<double>>(),
+                    double, std::optional<double>, int64_t>(),
            py::arg("address"), py::arg("spec_text") = py::none(), py::arg("spec_filename") = "<string>",
            py::arg("spec_path") = py::none(), py::arg("dataset_id") = "", py::arg("job_name") = "",
            py::arg("sharding") = "off", py::arg("num_consumers") = 0, py::arg("consumer_index") = -1,
@@ -352,7 +356,7 @@ PYBIND11_MODULE(_sluice, m) {
            py::arg("tls_cert") = "", py::arg("tls_key") = "", py::arg("tls_server_name") = "",
            py::arg("max_outstanding_requests") = py::none(), py::arg("max_buffered_bytes") = int64_t{256} << 20,
            py::arg("heartbeat_interval_s") = 0.5, py::arg("create_timeout_s") = 60.0,
-           py::arg("dispatcher_timeout_s") = 120.0)
+           py::arg("dispatcher_timeout_s") = 120.0, py::arg("iteration") = 0)
       .def("next", &PyClient::Next, "The next element (dict of NumPy arrays), or None at the end.")
       .def("begin_step", &PyClient::BeginStep)
       .def("end_step", &PyClient::EndStep)
@@ -361,6 +365,7 @@ PYBIND11_MODULE(_sluice, m) {
       .def_property_readonly("closed", &PyClient::closed)
       .def_property_readonly("job_id", &PyClient::job_id)
       .def_property_readonly("job_client_id", &PyClient::job_client_id)
+      .def_property_readonly("iteration", &PyClient::iteration)
       .def_property_readonly("dataset_id", &PyClient::dataset_id)
       .def_property_readonly("client_host", &PyClient::client_host);
 }

@@ -68,6 +68,57 @@ def test_two_iterators_of_one_job_share_its_epoch(dataservice):
     b.close()
 
 
+def _passes(dataset, passes, out):
+    """`for epoch in range(passes): for x in dataset` as a trainer writes it; appends (pass, value)."""
+    for epoch in range(1, passes + 1):
+        for element in dataset:
+            out.append((epoch, int(element["value"])))
+
+
+def test_two_readers_sharing_a_job_and_repeating_share_each_pass(dataservice):
+    # Two trainers each loop `for epoch in range(3): for x in ds` over one named job: their k-th
+    # passes share the name's iteration k, so between them they read the data three times — not
+    # four with one pass of each empty (each iter() used to join whatever iteration was current,
+    # and eager prefetch let one reader finish it alone).
+    kwargs = dict(pipeline=range_spec(100, 10), processing_mode="distributed_epoch", job_name="epochs", **FAST)
+    got = {"a": [], "b": []}
+    errors = []
+
+    def trainer(name):
+        try:
+            _passes(sluice.Dataset(dataservice.address, **kwargs), 3, got[name])
+        except Exception as e:  # reported below
+            errors.append(f"{name}: {e!r}")
+
+    threads = [threading.Thread(target=trainer, args=(n,)) for n in got]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors and not any(t.is_alive() for t in threads), (errors, dataservice.logs())
+    both = got["a"] + got["b"]
+    assert len(both) == 300, collections.Counter(p for p, _ in both)
+    for k in (1, 2, 3):
+        assert sorted(v for p, v in both if p == k) == list(range(100)), f"pass {k}"
+
+
+def test_a_pass_that_begins_after_the_others_finished_its_iteration_is_empty(dataservice):
+    # The limit case, deterministic: reader A makes its three passes before reader B starts. A's
+    # passes are iterations 1-3; B's passes come when each is over: empty (they used to start
+    # iterations 4-6, reading the data three more times).
+    kwargs = dict(pipeline=range_spec(100, 10), processing_mode="distributed_epoch", job_name="late", **FAST)
+    a, b = [], []
+    _passes(sluice.Dataset(dataservice.address, **kwargs), 3, a)
+    late = sluice.Dataset(dataservice.address, **kwargs)
+    _passes(late, 3, b)
+    assert [sorted(v for p, v in a if p == k) for k in (1, 2, 3)] == [list(range(100))] * 3
+    assert b == []
+    assert late.iterator.iteration == 3 and late.stats()["job_finished"]
+    # A fourth pass of B is the name's iteration 4: new, and B reads it whole.
+    fourth = [int(e["value"]) for e in late]
+    assert sorted(fourth) == list(range(100))
+
+
 def _import_torch():
     try:
         import torch

@@ -67,6 +67,12 @@ class Dataset:
     """An iterable over a data-service job. Each iter() starts a client (a new job unless
     job_name names a shared one) and yields dicts of NumPy arrays.
 
+    With job_name, each iter() is this reader's next pass (1, 2, ...) and reads the name's
+    iteration of that number: the k-th passes of all readers sharing the name share iteration k,
+    whose elements go to one of them each (`for epoch in range(3): for x in ds` on two trainers
+    reads the data three times between them). A pass that begins after the others finished its
+    iteration is empty.
+
     pipeline: YAML/JSON text, a dict or a path; None (with no dataset_id): the dispatcher's own
     default pipeline (its --pipeline; the DataService's spec.pipeline).
     processing_mode: 'parallel_epochs' (sharding off) or 'distributed_epoch' (dynamic);
@@ -147,6 +153,7 @@ class Dataset:
             dispatcher_timeout_s=None if dispatcher_timeout_s is None else float(dispatcher_timeout_s),
         )
         self._iterator = None
+        self._passes = 0  # iter() calls so far: the next one reads iteration _passes + 1 (named jobs)
 
     @property
     def pipeline(self):
@@ -158,7 +165,16 @@ class Dataset:
         return self._kwargs["job_name"] or None
 
     def __iter__(self):
-        self._iterator = Iterator(self._kwargs)
+        iteration = 0
+        if self._kwargs["job_name"]:
+            self._passes += 1
+            iteration = self._passes
+        return self._start(iteration)
+
+    def _start(self, iteration):
+        """A new iterator reading `iteration` of the named job (0: the name's current iteration,
+        or the next once it finished)."""
+        self._iterator = Iterator(dict(self._kwargs, iteration=iteration))
         return self._iterator
 
     @property
@@ -229,6 +245,11 @@ class Iterator:
     @property
     def job_client_id(self):
         return self._client.job_client_id
+
+    @property
+    def iteration(self):
+        """Which iteration (run) of the job name this iterator reads."""
+        return self._client.iteration
 
     @property
     def dataset_id(self):

@@ -62,9 +62,23 @@ def test_sharding_overrides_processing_mode_and_options_reach_the_dispatcher(ser
         "compression": "COMPRESSION_ZSTD",
         "target_workers": "TARGET_WORKERS_ANY",
         "client_host": "trainer-7",
+        "iteration": 1,
     }
     assert set(service.state()["codecs"]) == {"COMPRESSION_ZSTD"}
     assert ds.iterator.client_host == "trainer-7"
+
+
+def test_each_iter_of_a_named_dataset_is_its_next_pass(service):
+    # iter() number k of a named Dataset asks for the name's iteration k (a trainer's epoch loop);
+    # an anonymous one has no iteration to ask for.
+    named = sluice.Dataset(service.address, pipeline=RANGE, job_name="epochs", **FAST)
+    for _ in range(3):
+        iter(named).close()
+    iter(sluice.Dataset(service.address, pipeline=RANGE, **FAST)).close()
+    assert [j["iteration"] for j in service.state()["jobs"]] == [1, 2, 3, 0]
+    # Another Dataset object is another reader: it counts its own passes.
+    iter(sluice.Dataset(service.address, pipeline=RANGE, job_name="epochs", **FAST)).close()
+    assert service.state()["jobs"][-1]["iteration"] == 1
 
 
 def test_arrays_are_numpy_views_without_copies(service):
