@@ -14,7 +14,10 @@
 //  - between the readers and GetNext, the element queue (element_queue.h): a bounded buffer
 //    (max_buffered_bytes, max_outstanding_requests: readers wait before reading more =
 //    backpressure), the sticky error, the end of the data, and the stall meter.
-// GetNext() hands out elements in arrival order (round order for coordinated reads).
+// GetNext() hands out elements in arrival order (round order for coordinated reads), and the end
+// once the dispatcher says the job finished and every stream read is drained — or, when the
+// dispatcher has not answered for dispatcher_timeout, once every task read has ended (otherwise
+// UNAVAILABLE when nothing has arrived for as long either).
 //
 // Threading: GetNext, BeginStep/EndStep and stats() may be called from any thread (the methods
 // lock internally); GetNext is meant for one consumer thread at a time. The destructor cancels all

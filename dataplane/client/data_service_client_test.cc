@@ -1135,6 +1135,15 @@ TEST_CASE("client_create: bad options and unreachable dispatchers are clear erro
     o.num_epochs = 0;
     CHECK_THAT(std::string(DataServiceClient::Create(o).status().message()), Catch::Contains("options.num_epochs"));
   }
+  SECTION("a negative iteration") {
+    o.iteration = -1;
+    CHECK_THAT(std::string(DataServiceClient::Create(o).status().message()), Catch::Contains("options.iteration"));
+  }
+  SECTION("dispatcher_timeout 0") {
+    o.dispatcher_timeout = absl::ZeroDuration();
+    CHECK_THAT(std::string(DataServiceClient::Create(o).status().message()),
+               Catch::Contains("options.dispatcher_timeout") && Catch::Contains("InfiniteDuration"));
+  }
   SECTION("unknown dataset_id") {
     o.pipeline.reset();
     o.dataset_id = "nope";

@@ -180,6 +180,8 @@ def test_bad_arguments_are_value_errors():
     ds = sluice.Dataset("127.0.0.1:1", pipeline=RANGE, job_name="coord", consumer_index=3, num_consumers=2)
     with pytest.raises(ValueError, match="options.consumer_index"):
         iter(ds)
+    with pytest.raises(ValueError, match="options.dispatcher_timeout: must be > 0"):
+        iter(sluice.Dataset("127.0.0.1:1", pipeline=RANGE, dispatcher_timeout_s=0))
 
 
 def test_unreachable_dispatcher_is_a_data_service_error():
