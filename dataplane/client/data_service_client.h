@@ -1,17 +1,23 @@
 // The Sluice data-service client: reads a job's elements from the workers, for one trainer process.
 //
 // Create() registers the pipeline with the dispatcher (or uses a registered dataset_id), gets or
-// creates the job, and starts background threads:
-//  - a heartbeat thread: ClientHeartbeat every heartbeat_interval carrying ClientMetrics (the stall
-//    signal), learning the job's tasks and whether the job finished; retries with backoff while
-//    the dispatcher is unreachable;
-//  - one reader per selected task (non-coordinated reads): a streaming GetElements call decoding
-//    into a shared bounded buffer (max_buffered_bytes, max_outstanding_requests: readers wait
-//    before reading more = backpressure), reconnecting with backoff when its worker restarts, and
-//    stopped when the dispatcher no longer lists its task;
-//  - or, for coordinated reads (num_consumers > 0), one round reader that asks, round after round,
-//    the worker serving the round (see round_robin.h) for this consumer's element.
-// GetNext() hands out elements in arrival order (round order for coordinated reads).
+// creates the job, and starts the client's loops, each a class of its own behind the RPC
+// interfaces of service_rpc.h, with the one retry policy of retry_policy.h:
+//  - the session (job_session.h): ClientHeartbeat every heartbeat_interval carrying ClientMetrics
+//    (the stall signal), learning the job's tasks and whether the job finished; retries while the
+//    dispatcher is unreachable;
+//  - for non-coordinated reads, the task readers (task_readers.h): one streaming GetElements call
+//    per selected task, reconnecting when its worker restarts, stopped when the dispatcher no
+//    longer lists its task;
+//  - or, for coordinated reads (num_consumers > 0), the round reader (round_reader.h), which asks,
+//    round after round, the worker serving the round (see round_robin.h) for this consumer's element;
+//  - between the readers and GetNext, the element queue (element_queue.h): a bounded buffer
+//    (max_buffered_bytes, max_outstanding_requests: readers wait before reading more =
+//    backpressure), the sticky error, the end of the data, and the stall meter.
+// GetNext() hands out elements in arrival order (round order for coordinated reads), and the end
+// once the dispatcher says the job finished and every stream read is drained — or, when the
+// dispatcher has not answered for dispatcher_timeout, once every task read has ended (otherwise
+// UNAVAILABLE when nothing has arrived for as long either).
 //
 // Threading: GetNext, BeginStep/EndStep and stats() may be called from any thread (the methods
 // lock internally); GetNext is meant for one consumer thread at a time. The destructor cancels all
@@ -48,6 +54,11 @@ struct DataServiceClientOptions {
   std::optional<pipeline::PipelineDef> pipeline;
   std::string dataset_id;
   std::string job_name;                               // empty: an anonymous job of this client alone
+  // Named jobs: this reader's pass over the data when it repeats it on its side (1, 2, ...; see
+  // docs/dataservice-client.md, "Sharing a job and repeating"): the k-th passes of the readers of
+  // a name share the name's iteration k; a pass that comes after iteration k is over is empty.
+  // 0: the name's current iteration, or the next one once it finished.
+  int64_t iteration = 0;
   service::ShardingPolicy sharding = service::SHARDING_OFF;
   int32_t num_consumers = 0;                          // > 0: coordinated reads ...
   int32_t consumer_index = -1;                        // ... as consumer [0, num_consumers)
@@ -76,6 +87,10 @@ struct DataServiceClientOptions {
   absl::Duration create_timeout = absl::Seconds(60);  // Create() retries an unreachable dispatcher this long
   absl::Duration rpc_timeout = absl::Seconds(10);     // deadline of unary RPCs (heartbeats, GetElement)
   absl::Duration release_timeout = absl::Seconds(2);  // deadline of ReleaseJobClient in the destructor
+  // How long the client goes on without the dispatcher (no heartbeat answered) before it decides
+  // on its own: the end of the data if every task it reads has ended (end_of_sequence), otherwise,
+  // once no element has arrived for as long either, UNAVAILABLE. InfiniteDuration: wait forever.
+  absl::Duration dispatcher_timeout = absl::Minutes(2);
   // Clock for the stall metrics only (wait/step seconds); default absl::Now. Tests inject a fake.
   std::function<absl::Time()> clock;
 };
@@ -101,6 +116,7 @@ struct ClientStats {
   int64_t rounds_skipped = 0;
   int64_t waiting_consumers = 0;   // threads blocked inside GetNext right now
   bool job_finished = false;
+  bool ended_without_dispatcher = false;  // the end was concluded without the dispatcher (dispatcher_timeout)
 };
 
 class DataServiceClient;
@@ -171,7 +187,8 @@ class DataServiceClient {
   ClientStats stats() const;
   const std::string& dataset_id() const;
   int64_t job_id() const;
-  int64_t job_client_id() const;
+  int64_t job_client_id() const;     // 0 when the requested iteration was over (nothing to read)
+  int64_t iteration() const;         // which iteration of the job name this client reads
   const std::string& client_host() const;
 
   class Impl;

@@ -814,6 +814,90 @@ TEST_CASE("client_reconnect: a job that finishes while a reader waits to reconne
   CHECK_FALSE(end->has_value());
 }
 
+TEST_CASE("client_dispatcher_gone: the end once every task ended, else an error, never a hang") {
+  Harness h(2);
+  h.dispatcher.AddTask(MakeTask(1, h.worker_address(0)));
+  h.dispatcher.AddTask(MakeTask(2, h.worker_address(1)));
+  auto o = h.Options();
+  o.dispatcher_timeout = absl::Milliseconds(200);
+  SECTION("every task ended: the end, after the elements") {
+    for (int i = 0; i < 3; ++i) h.workers[0]->PushElement(1, Num(i));
+    h.workers[0]->PushEnd(1);
+    h.workers[1]->PushElement(2, Num(3));
+    auto client = MustCreate(o);
+    std::vector<int64_t> rest = {V(**client->GetNext(absl::Seconds(30)))};
+    // The dispatcher is gone for good before it could say the job finished.
+    h.dispatcher_server->Stop();
+    h.workers[1]->PushEnd(2);
+    while (true) {
+      auto next = client->GetNext(absl::Seconds(30));  // without the fix: DeadlineExceeded, again and again
+      REQUIRE(next.ok());
+      if (!next->has_value()) break;
+      rest.push_back(V(**next));
+    }
+    std::sort(rest.begin(), rest.end());
+    CHECK(rest == std::vector<int64_t>{0, 1, 2, 3});
+    CHECK(client->stats().ended_without_dispatcher);
+    CHECK_FALSE(client->stats().job_finished);
+    CHECK(client->status().ok());
+  }
+  SECTION("a task has not ended and nothing arrives: UNAVAILABLE naming the timeout") {
+    h.workers[0]->PushElement(1, Num(0));
+    h.workers[0]->PushEnd(1);
+    h.workers[1]->AddTask(2);  // open, never sends (a worker waiting on the dispatcher for splits)
+    auto client = MustCreate(o);
+    CHECK(V(**client->GetNext(absl::Seconds(30))) == 0);
+    h.dispatcher_server->Stop();
+    auto err = client->GetNext(absl::Seconds(30));
+    REQUIRE_FALSE(err.ok());
+    CHECK(err.status().code() == absl::StatusCode::kUnavailable);
+    CHECK_THAT(std::string(err.status().message()),
+               Catch::Contains("has not answered for") && Catch::Contains("options.dispatcher_timeout 200ms"));
+    CHECK_FALSE(client->stats().ended_without_dispatcher);
+  }
+  SECTION("the dispatcher comes back in time: nothing is decided without it") {
+    h.workers[0]->PushElement(1, Num(0));
+    h.workers[0]->PushEnd(1);
+    h.workers[1]->PushEnd(2);
+    o.dispatcher_timeout = absl::InfiniteDuration();
+    auto client = MustCreate(o);
+    CHECK(V(**client->GetNext(absl::Seconds(30))) == 0);
+    REQUIRE(WaitUntil([&] { return client->stats().active_readers == 0; }));
+    // Both tasks ended but the job is not finished: without a timeout the client waits for the word.
+    CHECK(client->GetNext(absl::Milliseconds(300)).status().code() == absl::StatusCode::kDeadlineExceeded);
+    h.dispatcher.SetJobFinished(true);
+    auto end = client->GetNext(absl::Seconds(30));
+    REQUIRE(end.ok());
+    CHECK_FALSE(end->has_value());
+    CHECK_FALSE(client->stats().ended_without_dispatcher);
+  }
+}
+
+TEST_CASE("client_iteration: the pass number is sent, and a pass whose iteration is over is empty") {
+  Harness h(1);
+  h.dispatcher.AddTask(MakeTask(1, h.worker_address(0)));
+  h.dispatcher.SetIterationsOver(2);
+  auto o = h.Options();
+  o.job_name = "shared";
+  o.iteration = 2;  // the other readers finished iteration 2 before this reader's second pass began
+  auto client = MustCreate(o);
+  CHECK(h.dispatcher.job_requests().back().iteration() == 2);
+  CHECK(client->iteration() == 2);
+  CHECK(client->job_client_id() == 0);
+  auto end = client->GetNext(absl::Seconds(30));
+  REQUIRE(end.ok());
+  CHECK_FALSE(end->has_value());
+  CHECK(client->stats().job_finished);
+  CHECK(h.workers[0]->active_streams() == 0);
+  client.reset();
+  CHECK(h.dispatcher.heartbeats() == 0);   // no client was made: nothing to heartbeat ...
+  CHECK(h.dispatcher.released().empty());  // ... or release
+  SECTION("an iteration needs a job name") {
+    o.job_name.clear();
+    CHECK_THAT(std::string(DataServiceClient::Create(o).status().message()), Catch::Contains("options.iteration"));
+  }
+}
+
 TEST_CASE("client_reconnect: a dispatcher that forgot the client is a clear error") {
   Harness h(1);
   h.dispatcher.AddTask(MakeTask(1, h.worker_address(0)));
@@ -946,6 +1030,7 @@ TEST_CASE("client_hostile: malformed coordinated responses are errors") {
     expect = "bad magic";
   }
   auto o = h.Options();
+  o.job_name = "coordinated";
   o.num_consumers = 1;
   o.consumer_index = 0;
   auto client = MustCreate(o);
@@ -992,6 +1077,7 @@ TEST_CASE("client_destruction: never hangs, cancels streams and releases the job
   SECTION("a coordinated round in flight") {
     h.workers[0]->SetRoundGate(0);
     h.workers[0]->SetRoundFunction(RoundElement);
+    o.job_name = "coordinated";
     o.num_consumers = 2;
     o.consumer_index = 0;
     auto client = MustCreate(o);
@@ -1004,6 +1090,18 @@ TEST_CASE("client_destruction: never hangs, cancels streams and releases the job
 TEST_CASE("client_create: bad options and unreachable dispatchers are clear errors") {
   Harness h(0);
   auto o = h.Options();
+  SECTION("num_consumers without job_name") {
+    // Each anonymous client is a job of its own: round 1 could never complete (it hung after one element).
+    o.num_consumers = 2;
+    o.consumer_index = 0;
+    auto c = DataServiceClient::Create(o);
+    REQUIRE_FALSE(c.ok());
+    CHECK(c.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(c.status().message()),
+               Catch::Contains("options.job_name") && Catch::Contains("num_consumers is 2"));
+    CHECK(h.dispatcher.job_requests().empty());
+  }
+  o.job_name = "coordinated";
   SECTION("consumer_index out of range") {
     o.num_consumers = 2;
     o.consumer_index = 2;
@@ -1036,6 +1134,15 @@ TEST_CASE("client_create: bad options and unreachable dispatchers are clear erro
   SECTION("num_epochs 0") {
     o.num_epochs = 0;
     CHECK_THAT(std::string(DataServiceClient::Create(o).status().message()), Catch::Contains("options.num_epochs"));
+  }
+  SECTION("a negative iteration") {
+    o.iteration = -1;
+    CHECK_THAT(std::string(DataServiceClient::Create(o).status().message()), Catch::Contains("options.iteration"));
+  }
+  SECTION("dispatcher_timeout 0") {
+    o.dispatcher_timeout = absl::ZeroDuration();
+    CHECK_THAT(std::string(DataServiceClient::Create(o).status().message()),
+               Catch::Contains("options.dispatcher_timeout") && Catch::Contains("InfiniteDuration"));
   }
   SECTION("unknown dataset_id") {
     o.pipeline.reset();

@@ -252,6 +252,11 @@ absl::Status DispatcherService::GetOrCreateJob(const service::GetOrCreateJobRequ
   if (spec.num_consumers() > 0 && spec.sharding() != service::SHARDING_OFF) {
     return absl::InvalidArgumentError("spec.num_consumers > 0 (coordinated reads) needs sharding SHARDING_OFF");
   }
+  if (request.iteration() < 0 || (request.iteration() > 0 && spec.job_name().empty())) {
+    return absl::InvalidArgumentError(absl::StrCat("iteration is ", request.iteration(),
+                                                   "; must be 0, or > 0 with a spec.job_name (an iteration is a run "
+                                                   "of a named job)"));
+  }
   if (spec.num_consumers() > 0 && (request.consumer_index() < 0 || request.consumer_index() >= spec.num_consumers())) {
     return absl::InvalidArgumentError(absl::StrCat("consumer_index is ", request.consumer_index(), "; must be in [0, ",
                                                    spec.num_consumers(), ") (spec.num_consumers)"));
@@ -278,7 +283,22 @@ absl::Status DispatcherService::GetOrCreateJob(const service::GetOrCreateJobRequ
     }
     const DispatcherState::Job* job = nullptr;
     bool created = false;
-    if (!spec.job_name().empty()) {
+    if (!spec.job_name().empty() && request.iteration() > 0) {
+      // A reader's k-th pass reads the name's iteration k: joined while it runs, created if the
+      // name has not reached it, over (an empty pass) once it finished or later ones started.
+      const DispatcherState::Job* latest = state_.FindJobByName(spec.job_name());
+      for (const auto& [id, j] : state_.jobs()) {
+        if (j.spec.job_name() == spec.job_name() && j.iteration == request.iteration()) job = &j;
+      }
+      if ((job != nullptr && job->finished) ||
+          (job == nullptr && latest != nullptr && latest->iteration > request.iteration())) {
+        response->set_job_id(job != nullptr ? job->id : 0);
+        response->set_iteration(request.iteration());
+        response->set_dataset_id(job != nullptr ? job->spec.dataset_id() : spec.dataset_id());
+        response->set_job_finished(true);
+        return absl::OkStatus();
+      }
+    } else if (!spec.job_name().empty()) {
       job = state_.FindJobByName(spec.job_name());
       if (job != nullptr && job->finished) job = nullptr;  // a finished job's name can be reused
     }
@@ -334,6 +354,7 @@ absl::Status DispatcherService::GetOrCreateJob(const service::GetOrCreateJobRequ
               ") fixes the job's workers when it is created: retry once workers are up"));
         }
       }
+      if (request.iteration() > 0) create.mutable_create_job()->set_iteration(request.iteration());
       if (absl::Status s = Commit(create); !s.ok()) return s;
       job = state_.FindJob(job_id);
       created = true;

@@ -232,6 +232,88 @@ TEST_CASE("iterations: each run of a job name after the previous one finished is
   CHECK(d.JobInfo(second_id).iteration() == 2);
 }
 
+TEST_CASE("iterations: a reader's k-th pass reads iteration k of the name, joined, created, or over") {
+  TempDir dir;
+  ServiceHarness h(dir.path().string());
+  REQUIRE(h.start_status().ok());
+  Driver d{h.service()};
+  const std::string ds = d.Register(RangePipeline(100, 10));
+  d.Heartbeat("w1:1");
+  auto pass = [&](int64_t iteration, const std::string& name = "train") {
+    service::GetOrCreateJobRequest req;
+    req.mutable_spec()->set_dataset_id(ds);
+    req.mutable_spec()->set_job_name(name);
+    req.mutable_spec()->set_target_workers(service::TARGET_WORKERS_ANY);
+    req.set_client_host("hostC");
+    req.set_iteration(iteration);
+    service::GetOrCreateJobResponse resp;
+    const absl::Status s = h.service().GetOrCreateJob(req, &resp);
+    return std::make_pair(s, resp);
+  };
+  auto finish = [&](int64_t job_id) {
+    const int64_t t = d.TaskOf("w1:1", job_id);
+    REQUIRE(t != 0);
+    d.Heartbeat("w1:1", {t}, false, {t});
+    REQUIRE(d.JobInfo(job_id).finished());
+  };
+  // Two readers, A and B, each looping over the dataset. Their first passes share iteration 1.
+  auto [sa1, a1] = pass(1);
+  auto [sb1, b1] = pass(1);
+  REQUIRE(sa1.ok());
+  REQUIRE(sb1.ok());
+  CHECK(a1.iteration() == 1);
+  CHECK(b1.job_id() == a1.job_id());
+  CHECK(b1.job_client_id() != a1.job_client_id());
+  finish(a1.job_id());
+  // A's second pass starts iteration 2; B's, arriving while it runs, joins it.
+  auto [sa2, a2] = pass(2);
+  auto [sb2, b2] = pass(2);
+  REQUIRE(sa2.ok());
+  REQUIRE(sb2.ok());
+  CHECK(a2.iteration() == 2);
+  CHECK(a2.job_id() != a1.job_id());
+  CHECK(b2.job_id() == a2.job_id());
+  CHECK_FALSE(b2.job_finished());
+  finish(a2.job_id());
+  // A reads a third pass alone (B is busy elsewhere) and starts a fourth.
+  auto [sa3, a3] = pass(3);
+  REQUIRE(sa3.ok());
+  finish(a3.job_id());
+  auto [sa4, a4] = pass(4);
+  REQUIRE(sa4.ok());
+  // B's third pass comes after iteration 3 finished: it is over, an empty pass, no client made.
+  auto [sb3, b3] = pass(3);
+  REQUIRE(sb3.ok());
+  CHECK(b3.job_finished());
+  CHECK(b3.job_id() == a3.job_id());
+  CHECK(b3.job_client_id() == 0);
+  CHECK(b3.iteration() == 3);
+  // B's fourth pass joins iteration 4, which A is reading.
+  auto [sb4, b4] = pass(4);
+  REQUIRE(sb4.ok());
+  CHECK(b4.job_id() == a4.job_id());
+  // A breaks out of pass 4 and starts pass 5 while iteration 4 runs: both run; a late pass 4 still joins 4.
+  auto [sa5, a5] = pass(5);
+  REQUIRE(sa5.ok());
+  CHECK(a5.iteration() == 5);
+  CHECK_FALSE(d.JobInfo(a4.job_id()).finished());
+  auto [sc4, c4] = pass(4);
+  REQUIRE(sc4.ok());
+  CHECK(c4.job_id() == a4.job_id());
+  // Without a pass number: the name's current iteration (the latest, 5).
+  CHECK(d.MustJob(ds, service::SHARDING_OFF, "train").job_id() == a5.job_id());
+  // Hostile: a negative iteration, an iteration of an anonymous job.
+  CHECK(pass(-1).first.code() == absl::StatusCode::kInvalidArgument);
+  const absl::Status anonymous = pass(1, "").first;
+  CHECK(anonymous.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Contains(anonymous, "spec.job_name"));
+  // The iterations are journaled: after a restart, pass 3 is still over and pass 5 still joins 5.
+  h.Restart();
+  REQUIRE(h.start_status().ok());
+  CHECK(pass(3).second.job_finished());
+  CHECK(pass(5).second.job_id() == a5.job_id());
+}
+
 TEST_CASE("retention: beyond finished_jobs_retained, the oldest finished jobs are forgotten with their series") {
   DispatcherOptions options;
   options.finished_jobs_retained = 1;

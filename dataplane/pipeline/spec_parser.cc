@@ -106,12 +106,13 @@ absl::StatusOr<Value> ConvertNode(const ParseContext& ctx, const YAML::Node& nod
       if (!IsValidUtf8(text)) return ctx.Error(node, path, "not valid UTF-8");
       bool want_string = hint && (*hint == ArgType::kString || *hint == ArgType::kStringList ||
                                   *hint == ArgType::kStringMap || *hint == ArgType::kStringOrList);
-      if (IsQuoted(node) || want_string) {
-        out.set_string_value(text);
-        return out;
-      }
+      // 'auto' quoted or not: JSON (a Python dict) has only quoted strings.
       if (hint && *hint == ArgType::kIntOrAuto && absl::AsciiStrToLower(text) == "auto") {
         out.set_int_value(kAuto);
+        return out;
+      }
+      if (IsQuoted(node) || want_string) {
+        out.set_string_value(text);
         return out;
       }
       int64_t i;

@@ -32,6 +32,33 @@ TEST_CASE("JSON specs are accepted") {
   CHECK(def->steps(0).kind() == "take");
 }
 
+TEST_CASE("'auto' may be quoted: JSON, and so a Python dict, has only quoted strings") {
+  const std::string plain =
+      "source: {range: {stop: 10}}\noptions: {cpu_budget: auto}\nsteps:\n"
+      "  - map: {parallelism: auto, ops: [{cast: {field: value, dtype: float32}}]}\n  - prefetch: auto\n";
+  auto a = ParsePipelineSpec(plain, "plain.yaml");
+  REQUIRE(a.ok());
+  auto json = ParsePipelineSpec(
+      R"({"source": {"range": {"stop": 10}}, "options": {"cpu_budget": "auto"}, "steps": [)"
+      R"({"map": {"parallelism": "auto", "ops": [{"cast": {"field": "value", "dtype": "float32"}}]}},)"
+      R"({"prefetch": "auto"}]})",
+      "<dict>");
+  INFO(json.status());
+  REQUIRE(json.ok());
+  CHECK(Fingerprint(*json) == Fingerprint(*a));
+  auto quoted = ParsePipelineSpec(
+      "source: {range: {stop: 10}}\noptions: {cpu_budget: 'auto'}\nsteps:\n"
+      "  - map: {parallelism: \"AUTO\", ops: [{cast: {field: value, dtype: float32}}]}\n  - prefetch: {buffer: \"auto\"}\n",
+      "quoted.yaml");
+  INFO(quoted.status());
+  REQUIRE(quoted.ok());
+  CHECK(Fingerprint(*quoted) == Fingerprint(*a));
+  // Other quoted text is still not a number.
+  auto bad = ParsePipelineSpec("source: {range: {stop: 10}}\nsteps:\n  - prefetch: \"many\"\n", "bad.yaml");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(std::string(bad.status().message()), Catch::Contains("expected integer or 'auto'"));
+}
+
 TEST_CASE("an op used as a step becomes a one-op map") {
   auto def = ParsePipelineSpec("source: {range: {stop: 3}}\nsteps:\n  - cast: {field: value, dtype: float32}\n", "s.yaml");
   REQUIRE(def.ok());

@@ -6,7 +6,7 @@
 // (scalars) or object arrays of `bytes`. The GIL is released while waiting for data, creating and
 // closing clients; a waiting next() wakes every 100 ms to let Ctrl-C through.
 // Threading: a Client may be used from several Python threads; close() from one thread makes a
-// next() blocked in another return None.
+// next() blocked in another return None. Importing the module imports NumPy (see the module init).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -120,6 +121,36 @@ pipeline::PipelineDef ParseSpec(const std::string& text, const std::string& file
   return *std::move(def);
 }
 
+// Runs `fn` without the GIL and returns its result. The GIL is taken back by a plain call, not in
+// a destructor as pybind11's gil_scoped_release does: while the interpreter finalizes, Python ends
+// a (daemon) thread that takes the GIL with pthread_exit, and the forced unwinding through a
+// destructor — noexcept — called std::terminate: a daemon thread waiting in next() when the main
+// thread returned aborted the process ("terminate called without an active exception"). Through
+// plain frames the unwinding passes (pybind11's dispatcher rethrows it) and the thread just ends.
+template <typename Fn>
+auto WithoutGil(Fn&& fn) -> decltype(fn()) {
+  PyThreadState* state = PyEval_SaveThread();
+  if constexpr (std::is_void_v<decltype(fn())>) {
+    try {
+      fn();
+    } catch (...) {
+      PyEval_RestoreThread(state);
+      throw;
+    }
+    PyEval_RestoreThread(state);
+  } else {
+    std::optional<decltype(fn())> result;
+    try {
+      result.emplace(fn());
+    } catch (...) {
+      PyEval_RestoreThread(state);
+      throw;
+    }
+    PyEval_RestoreThread(state);
+    return *std::move(result);
+  }
+}
+
 // The Python-facing client: owns a DataServiceClient until close().
 class PyClient {
  public:
@@ -129,7 +160,8 @@ class PyClient {
            int64_t num_epochs, const std::string& compression, const std::string& target_workers,
            const std::string& client_host, const std::string& tls_ca, const std::string& tls_cert,
            const std::string& tls_key, const std::string& tls_server_name, std::optional<int> max_outstanding_requests,
-           int64_t max_buffered_bytes, double heartbeat_interval_s, double create_timeout_s) {
+           int64_t max_buffered_bytes, double heartbeat_interval_s, double create_timeout_s,
+           std::optional<double> dispatcher_timeout_s, int64_t iteration) {
     client::DataServiceClientOptions o;
     o.dispatcher_address = address;
     if (spec_text) {
@@ -141,6 +173,7 @@ class PyClient {
     }
     o.dataset_id = dataset_id;
     o.job_name = job_name;
+    o.iteration = iteration;
     o.sharding = ParseChoice<service::ShardingPolicy>(
         "sharding", sharding,
         {{"off", service::SHARDING_OFF}, {"dynamic", service::SHARDING_DYNAMIC}, {"file", service::SHARDING_FILE},
@@ -166,15 +199,14 @@ class PyClient {
     o.max_buffered_bytes = max_buffered_bytes;
     o.heartbeat_interval = absl::Seconds(heartbeat_interval_s);
     o.create_timeout = absl::Seconds(create_timeout_s);
-    absl::StatusOr<std::unique_ptr<client::DataServiceClient>> created;
-    {
-      py::gil_scoped_release release;
-      created = client::DataServiceClient::Create(std::move(o));
-    }
+    o.dispatcher_timeout = dispatcher_timeout_s ? absl::Seconds(*dispatcher_timeout_s) : absl::InfiniteDuration();
+    absl::StatusOr<std::unique_ptr<client::DataServiceClient>> created =
+        WithoutGil([&] { return client::DataServiceClient::Create(std::move(o)); });
     if (!created.ok()) RaiseCreateError(created.status());
     client_ = std::shared_ptr<client::DataServiceClient>(*std::move(created));
     job_id_ = client_->job_id();
     job_client_id_ = client_->job_client_id();
+    iteration_ = client_->iteration();
     dataset_id_ = client_->dataset_id();
     client_host_ = client_->client_host();
   }
@@ -183,16 +215,10 @@ class PyClient {
   py::object Next() {
     std::shared_ptr<client::DataServiceClient> c = Shared();
     // The last reference may be this one (close() ran meanwhile): destroy without the GIL.
-    auto drop = [&c] {
-      py::gil_scoped_release release;
-      c.reset();
-    };
+    auto drop = [&c] { WithoutGil([&c] { c.reset(); }); };
     while (true) {
-      absl::StatusOr<std::optional<pipeline::Element>> next;
-      {
-        py::gil_scoped_release release;
-        next = c->GetNext(absl::Milliseconds(100));
-      }
+      absl::StatusOr<std::optional<pipeline::Element>> next =
+          WithoutGil([&c] { return c->GetNext(absl::Milliseconds(100)); });
       if (!next.ok()) {
         if (next.status().code() == absl::StatusCode::kDeadlineExceeded) {
           if (PyErr_CheckSignals() != 0) {
@@ -245,6 +271,7 @@ class PyClient {
     d["current_round"] = s.current_round;
     d["rounds_skipped"] = s.rounds_skipped;
     d["job_finished"] = s.job_finished;
+    d["ended_without_dispatcher"] = s.ended_without_dispatcher;
     d["waiting"] = s.waiting_consumers;
     return d;
   }
@@ -254,14 +281,16 @@ class PyClient {
     std::shared_ptr<client::DataServiceClient> c = std::move(client_);
     if (!c) return;
     final_stats_ = c->stats();
-    py::gil_scoped_release release;
-    c->Cancel();
-    c.reset();  // destroys the client (joins threads, releases the job) unless next() still holds it
+    WithoutGil([&c] {
+      c->Cancel();
+      c.reset();  // destroys the client (joins threads, releases the job) unless next() still holds it
+    });
   }
 
   bool closed() const { return client_ == nullptr; }
   int64_t job_id() const { return job_id_; }
   int64_t job_client_id() const { return job_client_id_; }
+  int64_t iteration() const { return iteration_; }
   const std::string& dataset_id() const { return dataset_id_; }
   const std::string& client_host() const { return client_host_; }
 
@@ -274,6 +303,7 @@ class PyClient {
   client::ClientStats final_stats_;
   int64_t job_id_ = 0;
   int64_t job_client_id_ = 0;
+  int64_t iteration_ = 0;
   std::string dataset_id_;
   std::string client_host_;
 };
@@ -284,6 +314,14 @@ class PyClient {
 PYBIND11_MODULE(_sluice, m) {
   using sluice::python::PyClient;
   m.doc() = "Sluice data-service client (C++ core). Use the `sluice` package's Dataset instead.";
+  // NumPy, and pybind11's table of NumPy's C API, are loaded now, while the interpreter's import
+  // lock runs this initialisation once. pybind11 2.10 loads them on first use inside a C++
+  // function-local static: the first element conversion held that static's initialisation guard
+  // while importing NumPy, and the import releases the GIL, so a second thread converting an
+  // element (holding the GIL) waited on the guard while the first waited for the GIL — every
+  // thread froze (four threads reading four datasets in a fresh interpreter: 3 of 3 runs).
+  py::module_::import("numpy");
+  (void)py::dtype("u1");  // runs pybind11's npy_api::get() lookup
   static py::exception<std::runtime_error> error(m, "DataServiceError", PyExc_RuntimeError);
   sluice::python::g_data_service_error = error.ptr();
 
@@ -309,7 +347,7 @@ PYBIND11_MODULE(_sluice, m) {
                     const std::string&, const std::string&, const std::string&, int, int, std::optional<bool>, int64_t,
                     const std::string&, const std::string&, const std::string&, const std::string&,
                     const std::string&, const std::string&, const std::string&, std::optional<int>, int64_t, double,
-                    double>(),
+                    double, std::optional<double>, int64_t>(),
            py::arg("address"), py::arg("spec_text") = py::none(), py::arg("spec_filename") = "<string>",
            py::arg("spec_path") = py::none(), py::arg("dataset_id") = "", py::arg("job_name") = "",
            py::arg("sharding") = "off", py::arg("num_consumers") = 0, py::arg("consumer_index") = -1,
@@ -317,7 +355,8 @@ PYBIND11_MODULE(_sluice, m) {
            py::arg("target_workers") = "auto", py::arg("client_host") = "", py::arg("tls_ca") = "",
            py::arg("tls_cert") = "", py::arg("tls_key") = "", py::arg("tls_server_name") = "",
            py::arg("max_outstanding_requests") = py::none(), py::arg("max_buffered_bytes") = int64_t{256} << 20,
-           py::arg("heartbeat_interval_s") = 0.5, py::arg("create_timeout_s") = 60.0)
+           py::arg("heartbeat_interval_s") = 0.5, py::arg("create_timeout_s") = 60.0,
+           py::arg("dispatcher_timeout_s") = 120.0, py::arg("iteration") = 0)
       .def("next", &PyClient::Next, "The next element (dict of NumPy arrays), or None at the end.")
       .def("begin_step", &PyClient::BeginStep)
       .def("end_step", &PyClient::EndStep)
@@ -326,6 +365,7 @@ PYBIND11_MODULE(_sluice, m) {
       .def_property_readonly("closed", &PyClient::closed)
       .def_property_readonly("job_id", &PyClient::job_id)
       .def_property_readonly("job_client_id", &PyClient::job_client_id)
+      .def_property_readonly("iteration", &PyClient::iteration)
       .def_property_readonly("dataset_id", &PyClient::dataset_id)
       .def_property_readonly("client_host", &PyClient::client_host);
 }

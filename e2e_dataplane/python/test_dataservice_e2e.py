@@ -2,6 +2,7 @@
 
 import collections
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -65,6 +66,57 @@ def test_two_iterators_of_one_job_share_its_epoch(dataservice):
     assert sorted(got["a"] + got["b"]) == list(range(6000))
     a.close()
     b.close()
+
+
+def _passes(dataset, passes, out):
+    """`for epoch in range(passes): for x in dataset` as a trainer writes it; appends (pass, value)."""
+    for epoch in range(1, passes + 1):
+        for element in dataset:
+            out.append((epoch, int(element["value"])))
+
+
+def test_two_readers_sharing_a_job_and_repeating_share_each_pass(dataservice):
+    # Two trainers each loop `for epoch in range(3): for x in ds` over one named job: their k-th
+    # passes share the name's iteration k, so between them they read the data three times — not
+    # four with one pass of each empty (each iter() used to join whatever iteration was current,
+    # and eager prefetch let one reader finish it alone).
+    kwargs = dict(pipeline=range_spec(100, 10), processing_mode="distributed_epoch", job_name="epochs", **FAST)
+    got = {"a": [], "b": []}
+    errors = []
+
+    def trainer(name):
+        try:
+            _passes(sluice.Dataset(dataservice.address, **kwargs), 3, got[name])
+        except Exception as e:  # reported below
+            errors.append(f"{name}: {e!r}")
+
+    threads = [threading.Thread(target=trainer, args=(n,)) for n in got]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors and not any(t.is_alive() for t in threads), (errors, dataservice.logs())
+    both = got["a"] + got["b"]
+    assert len(both) == 300, collections.Counter(p for p, _ in both)
+    for k in (1, 2, 3):
+        assert sorted(v for p, v in both if p == k) == list(range(100)), f"pass {k}"
+
+
+def test_a_pass_that_begins_after_the_others_finished_its_iteration_is_empty(dataservice):
+    # The limit case, deterministic: reader A makes its three passes before reader B starts. A's
+    # passes are iterations 1-3; B's passes come when each is over: empty (they used to start
+    # iterations 4-6, reading the data three more times).
+    kwargs = dict(pipeline=range_spec(100, 10), processing_mode="distributed_epoch", job_name="late", **FAST)
+    a, b = [], []
+    _passes(sluice.Dataset(dataservice.address, **kwargs), 3, a)
+    late = sluice.Dataset(dataservice.address, **kwargs)
+    _passes(late, 3, b)
+    assert [sorted(v for p, v in a if p == k) for k in (1, 2, 3)] == [list(range(100))] * 3
+    assert b == []
+    assert late.iterator.iteration == 3 and late.stats()["job_finished"]
+    # A fourth pass of B is the name's iteration 4: new, and B reads it whole.
+    fourth = [int(e["value"]) for e in late]
+    assert sorted(fourth) == list(range(100))
 
 
 def _import_torch():
@@ -132,6 +184,38 @@ def test_step_contexts_measure_stalls_and_reach_the_dispatcher(dataservice):
     step = dataservice.metric(d, "sluice_client_step_seconds_total", job="stall")
     assert 0 <= wait <= step
     it.close()
+
+
+def test_a_reader_ends_when_its_dispatcher_is_gone_for_good():
+    # As reported: one worker, parallel epochs; one element read, then kill -9 of the dispatcher for
+    # good. Every element arrived in order and then next() blocked forever. Elements of 1 MiB and a
+    # 2 MiB buffer keep the worker from handing out the whole epoch before the kill.
+    svc = DataService(workers=1)
+    try:
+        spec = (
+            "source:\n  range: {stop: 100, split_size: 10}\n"
+            "steps:\n  - map: {ops: [{reshape: {field: value, shape: [1]}}, {pad: {field: value, length: 131072}}]}\n"
+        )
+        ds = sluice.Dataset(svc.address, pipeline=spec, compression="none", max_buffered_bytes=2 << 20,
+                            dispatcher_timeout_s=1.0, **FAST)
+        it = iter(ds)
+        got = [int(next(it)["value"][0])]
+        assert not it.stats()["job_finished"]
+        svc.dispatcher.kill()
+        done = threading.Event()
+
+        def read_rest():
+            got.extend(int(e["value"][0]) for e in it)
+            done.set()
+
+        threading.Thread(target=read_rest, daemon=True).start()
+        assert done.wait(60), f"next() still blocked 60 s after the dispatcher was killed; got {len(got)}"
+        assert got == list(range(100))
+        stats = it.stats()
+        assert stats["ended_without_dispatcher"] and not stats["job_finished"]
+        it.close()
+    finally:
+        svc.close()
 
 
 def test_bad_pipeline_and_mismatched_job_raise_clear_errors(dataservice):

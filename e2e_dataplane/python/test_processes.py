@@ -130,6 +130,29 @@ def block():
 threading.Thread(target=block, daemon=True).start()
 started.wait()
 """,
+    # The same, and the blocked next() is woken while the interpreter finalizes (an object's
+    # __del__ closes the iterator): Python ends a daemon thread that takes the GIL back then, with
+    # pthread_exit. Unwinding that through the GIL guard's destructor used to abort the process
+    # ("terminate called without an active exception"); without this object that happened by
+    # chance, when finalization outlasted next()'s 100 ms wake-up.
+    "daemon thread in next() woken during finalization": """
+import threading, time
+waiting = iter(sluice.Dataset(sys.argv[2], pipeline="source: {range: {stop: 10}}\\n", processing_mode="distributed_epoch",
+                              heartbeat_interval_s=0.1, create_timeout_s=30.0))
+def block():
+    next(waiting)
+threading.Thread(target=block, daemon=True).start()
+deadline = time.monotonic() + 60
+while waiting.stats()["waiting"] < 1:  # the thread is inside next()
+    assert time.monotonic() < deadline, "the thread never entered next()"
+    time.sleep(0.01)
+class CloseWhenFinalized:
+    def __init__(self, it):
+        self.it = it
+    def __del__(self):
+        self.it.close()
+closer = CloseWhenFinalized(waiting)
+""",
 }
 
 

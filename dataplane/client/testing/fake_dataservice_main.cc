@@ -136,7 +136,8 @@ class FakeService {
                       {"num_epochs", s.num_epochs()},
                       {"compression", service::Compression_Name(s.compression())},
                       {"target_workers", service::TargetWorkers_Name(s.target_workers())},
-                      {"client_host", r.client_host()}});
+                      {"client_host", r.client_host()},
+                      {"iteration", r.iteration()}});
     }
     j["jobs"] = jobs;
     nlohmann::json sent = nlohmann::json::array();

@@ -56,6 +56,11 @@ void FakeDispatcher::SetJobCreatedHook(JobCreatedHook hook) {
   absl::MutexLock l(&mu_);
   job_created_ = std::move(hook);
 }
+void FakeDispatcher::SetIterationsOver(int64_t up_to) {
+  absl::MutexLock l(&mu_);
+  iterations_over_ = up_to;
+}
+
 void FakeDispatcher::KnowJobClient(int64_t job_client_id) {
   absl::MutexLock l(&mu_);
   job_clients_[job_client_id] = 1;
@@ -128,6 +133,12 @@ grpc::Status FakeDispatcher::GetOrCreateJob(grpc::ServerContext*, const service:
     auto ds = datasets_.find(spec.dataset_id());
     if (ds == datasets_.end()) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("dataset_id '", spec.dataset_id(), "' is not known"));
+    }
+    if (req->iteration() > 0 && req->iteration() <= iterations_over_) {
+      resp->set_iteration(req->iteration());
+      resp->set_dataset_id(spec.dataset_id());
+      resp->set_job_finished(true);
+      return grpc::Status::OK;
     }
     int64_t job_id;
     if (!spec.job_name().empty() && named_jobs_.count(spec.job_name())) {

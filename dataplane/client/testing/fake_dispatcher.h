@@ -40,6 +40,8 @@ class FakeDispatcher final : public service::Dispatcher::Service {
   // Non-OK: ClientHeartbeat fails with this status.
   void SetHeartbeatError(grpc::Status status);
   void SetJobCreatedHook(JobCreatedHook hook);
+  // Requests for an iteration in [1, up_to] are answered as over (job_finished, no client made).
+  void SetIterationsOver(int64_t up_to);
   // Makes job-client ids start above `id` (a restarted dispatcher that recovered its journal).
   void KnowJobClient(int64_t job_client_id);
   // Registers `def` as the default dataset (what an empty spec.dataset_id reads, as the real
@@ -73,6 +75,7 @@ class FakeDispatcher final : public service::Dispatcher::Service {
   std::map<std::string, Job> named_jobs_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, int64_t> job_clients_ ABSL_GUARDED_BY(mu_);  // job_client_id -> job_id
   int64_t next_job_id_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t iterations_over_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t next_job_client_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::vector<service::TaskInfo> tasks_ ABSL_GUARDED_BY(mu_);
   bool job_finished_ ABSL_GUARDED_BY(mu_) = false;

@@ -67,12 +67,21 @@ class Dataset:
     """An iterable over a data-service job. Each iter() starts a client (a new job unless
     job_name names a shared one) and yields dicts of NumPy arrays.
 
+    With job_name, each iter() is this reader's next pass (1, 2, ...) and reads the name's
+    iteration of that number: the k-th passes of all readers sharing the name share iteration k,
+    whose elements go to one of them each (`for epoch in range(3): for x in ds` on two trainers
+    reads the data three times between them). A pass that begins after the others finished its
+    iteration is empty.
+
     pipeline: YAML/JSON text, a dict or a path; None (with no dataset_id): the dispatcher's own
     default pipeline (its --pipeline; the DataService's spec.pipeline).
     processing_mode: 'parallel_epochs' (sharding off) or 'distributed_epoch' (dynamic);
     sharding: 'off' | 'dynamic' | 'file' | 'data' overrides processing_mode.
-    consumer_index/num_consumers (both or neither): coordinated reads.
+    consumer_index/num_consumers (both or neither): coordinated reads; they need job_name.
     compression: 'auto' | 'none' | 'lz4' | 'zstd'; target_workers: 'auto' | 'any' | 'local'.
+    dispatcher_timeout_s: how long iteration goes on without the dispatcher before deciding alone:
+    the end if every task read has ended, else DataServiceError UNAVAILABLE once nothing has
+    arrived for as long (None: wait for the dispatcher forever).
     """
 
     def __init__(
@@ -99,6 +108,7 @@ class Dataset:
         max_buffered_bytes=256 << 20,
         heartbeat_interval_s=0.5,
         create_timeout_s=60.0,
+        dispatcher_timeout_s=120.0,
     ):
         if not isinstance(address, str) or not address:
             raise ValueError("address: expected the dispatcher's 'host:port'")
@@ -112,6 +122,11 @@ class Dataset:
             raise ValueError(f"sharding: expected one of {', '.join(_SHARDINGS)}; got {sharding!r}")
         if (consumer_index is None) != (num_consumers is None):
             raise ValueError("consumer_index and num_consumers: give both (coordinated reads) or neither")
+        if num_consumers is not None and not job_name:
+            raise ValueError(
+                f"job_name: coordinated reads (num_consumers={num_consumers}) need a job_name shared by all "
+                "consumers; without one each client is a job of its own and no round ever completes"
+            )
         self._spec = parse_pipeline(pipeline) if pipeline is not None else None
         self._kwargs = dict(
             address=address,
@@ -135,8 +150,10 @@ class Dataset:
             max_buffered_bytes=int(max_buffered_bytes),
             heartbeat_interval_s=float(heartbeat_interval_s),
             create_timeout_s=float(create_timeout_s),
+            dispatcher_timeout_s=None if dispatcher_timeout_s is None else float(dispatcher_timeout_s),
         )
         self._iterator = None
+        self._passes = 0  # iter() calls so far: the next one reads iteration _passes + 1 (named jobs)
 
     @property
     def pipeline(self):
@@ -148,7 +165,16 @@ class Dataset:
         return self._kwargs["job_name"] or None
 
     def __iter__(self):
-        self._iterator = Iterator(self._kwargs)
+        iteration = 0
+        if self._kwargs["job_name"]:
+            self._passes += 1
+            iteration = self._passes
+        return self._start(iteration)
+
+    def _start(self, iteration):
+        """A new iterator reading `iteration` of the named job (0: the name's current iteration,
+        or the next once it finished)."""
+        self._iterator = Iterator(dict(self._kwargs, iteration=iteration))
         return self._iterator
 
     @property
@@ -219,6 +245,11 @@ class Iterator:
     @property
     def job_client_id(self):
         return self._client.job_client_id
+
+    @property
+    def iteration(self):
+        """Which iteration (run) of the job name this iterator reads."""
+        return self._client.iteration
 
     @property
     def dataset_id(self):

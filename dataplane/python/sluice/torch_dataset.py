@@ -40,7 +40,10 @@ class TorchDataset(IterableDataset):
                 "TorchDataset in a DataLoader with several workers needs job_name (a shared job); "
                 "otherwise every worker reads the whole job. Use num_workers=0."
             )
-        it = iter(self.dataset)
+        # In a DataLoader worker process, the dataset is a copy made for each epoch's workers (unless
+        # persistent_workers): its pass count says nothing. Such readers join the name's current
+        # iteration, or start the next once it finished, as clients without a pass number do.
+        it = iter(self.dataset) if info is None else self.dataset._start(0)
         try:
             for element in it:
                 yield {k: _to_torch(v) for k, v in element.items()}

@@ -62,9 +62,23 @@ def test_sharding_overrides_processing_mode_and_options_reach_the_dispatcher(ser
         "compression": "COMPRESSION_ZSTD",
         "target_workers": "TARGET_WORKERS_ANY",
         "client_host": "trainer-7",
+        "iteration": 1,
     }
     assert set(service.state()["codecs"]) == {"COMPRESSION_ZSTD"}
     assert ds.iterator.client_host == "trainer-7"
+
+
+def test_each_iter_of_a_named_dataset_is_its_next_pass(service):
+    # iter() number k of a named Dataset asks for the name's iteration k (a trainer's epoch loop);
+    # an anonymous one has no iteration to ask for.
+    named = sluice.Dataset(service.address, pipeline=RANGE, job_name="epochs", **FAST)
+    for _ in range(3):
+        iter(named).close()
+    iter(sluice.Dataset(service.address, pipeline=RANGE, **FAST)).close()
+    assert [j["iteration"] for j in service.state()["jobs"]] == [1, 2, 3, 0]
+    # Another Dataset object is another reader: it counts its own passes.
+    iter(sluice.Dataset(service.address, pipeline=RANGE, job_name="epochs", **FAST)).close()
+    assert service.state()["jobs"][-1]["iteration"] == 1
 
 
 def test_arrays_are_numpy_views_without_copies(service):
@@ -159,9 +173,15 @@ def test_bad_arguments_are_value_errors():
     ds = sluice.Dataset("127.0.0.1:1", pipeline=RANGE, compression="snappy")
     with pytest.raises(ValueError, match="compression: expected one of auto, none, lz4, zstd"):
         iter(ds)
-    ds = sluice.Dataset("127.0.0.1:1", pipeline=RANGE, consumer_index=3, num_consumers=2)
+    # Coordinated reads without a shared job: each client would be a job of its own, and round 1
+    # would never complete (it hung after one element). Refused before connecting.
+    with pytest.raises(ValueError, match="job_name: coordinated reads .*num_consumers=2.* need"):
+        sluice.Dataset("127.0.0.1:1", pipeline=RANGE, consumer_index=0, num_consumers=2)
+    ds = sluice.Dataset("127.0.0.1:1", pipeline=RANGE, job_name="coord", consumer_index=3, num_consumers=2)
     with pytest.raises(ValueError, match="options.consumer_index"):
         iter(ds)
+    with pytest.raises(ValueError, match="options.dispatcher_timeout: must be > 0"):
+        iter(sluice.Dataset("127.0.0.1:1", pipeline=RANGE, dispatcher_timeout_s=0))
 
 
 def test_unreachable_dispatcher_is_a_data_service_error():
@@ -234,3 +254,41 @@ def test_import_does_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+# Run in a fresh interpreter: the deadlock needed NumPy not imported yet when the first elements
+# were converted, which pytest's process (that imports numpy above) can no longer show.
+_THREADS_SCRIPT = r"""
+import faulthandler, sys, threading
+faulthandler.dump_traceback_later(float(sys.argv[2]), exit=True)  # stacks on stderr, exit code 1
+assert "numpy" not in sys.modules
+import sluice
+spec = "source:\n  range: {stop: 200, split_size: 10}\n"
+counts = [0] * 4
+errors = []
+def read(i):
+    try:
+        with iter(sluice.Dataset(sys.argv[1], pipeline=spec, heartbeat_interval_s=0.01)) as it:
+            for element in it:
+                counts[i] += int(element["value"]) >= 0
+    except BaseException as e:
+        errors.append(repr(e))
+threads = [threading.Thread(target=read, args=(i,)) for i in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+faulthandler.cancel_dump_traceback_later()
+print("counts", counts, "errors", errors)
+"""
+
+
+def test_threads_reading_their_own_datasets_in_a_fresh_interpreter_do_not_deadlock(service):
+    # Four threads, four datasets, NumPy not imported by anyone before: the first conversions
+    # used to freeze every thread (one inside NumPy's import, the others waiting on it).
+    deadline_s = 60
+    proc = subprocess.run(
+        [sys.executable, "-c", _THREADS_SCRIPT, service.address, str(deadline_s)],
+        capture_output=True, text=True, timeout=deadline_s + 30,
+    )
+    assert proc.returncode == 0, f"exit {proc.returncode}; stacks at the deadline:\n{proc.stderr[-6000:]}"
+    # Two workers, parallel epochs: each dataset reads the range twice.
+    assert "counts [400, 400, 400, 400] errors []" in proc.stdout, proc.stdout + proc.stderr

@@ -19,6 +19,27 @@ def test_yaml_dict_and_file_give_the_same_pipeline(tmp_path):
     assert "range" in from_yaml.canonical_yaml
 
 
+def test_auto_in_a_dict_and_quoted_in_yaml_is_auto():
+    plain = sluice.parse_pipeline(
+        "source: {range: {stop: 10}}\nsteps:\n  - map: {parallelism: auto, ops: [{cast: {field: value, dtype: float32}}]}\n"
+        "  - prefetch: auto\n"
+    )
+    as_dict = sluice.parse_pipeline(
+        {
+            "source": {"range": {"stop": 10}},
+            "steps": [
+                {"map": {"parallelism": "auto", "ops": [{"cast": {"field": "value", "dtype": "float32"}}]}},
+                {"prefetch": "auto"},
+            ],
+        }
+    )
+    quoted = sluice.parse_pipeline(
+        "source: {range: {stop: 10}}\nsteps:\n  - map: {parallelism: 'auto', ops: [{cast: {field: value, dtype: float32}}]}\n"
+        '  - prefetch: "auto"\n'
+    )
+    assert plain.fingerprint == as_dict.fingerprint == quoted.fingerprint
+
+
 def test_errors_name_the_file_line_and_field(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("source:\n  range: {stop: 10}\nsteps:\n  - batch: {size: abc}\n")
