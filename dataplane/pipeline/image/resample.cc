@@ -431,8 +431,9 @@ void ResamplePlan::RunFloat(const float* src, int64_t stride, int channels, int6
       const int32_t* wx = x_.weights(ox);
       const float* p = r + (x_.start(ox) - first_col) * channels;
       for (int c = 0; c < channels; ++c) {
-        float acc = 0;
-        for (int t = 0; t < x_.count(ox); ++t) acc += static_cast<float>(wx[t]) * kScale * p[t * channels + c];
+        // Starting from the first tap (not 0.0f) keeps a one-tap window an exact copy, -0.0 included.
+        float acc = static_cast<float>(wx[0]) * kScale * p[c];
+        for (int t = 1; t < x_.count(ox); ++t) acc += static_cast<float>(wx[t]) * kScale * p[t * channels + c];
         out[ox * channels + c] = acc;
       }
     }
