@@ -259,15 +259,15 @@ std::shared_ptr<const OrderDeclaration> CastOrder() {
     return std::nullopt;  // 0 * negative scale is -0.0, not the +0.0 of the padding
   };
   const std::string resample_note =
-      "casting to float32; nearest: exact; bilinear/area: within 1.05 x |scale| (uint8 resampling rounds)";
+      "casting to float32; nearest: exact; bilinear/area: within 1.05 x abs(scale), as uint8 resampling rounds";
   d->commutes = {
       {"random_flip", true, 0, "", nullptr},
       {"random_crop", true, 0, "", nullptr},
-      {"center_crop", true, 0, "when scale >= 0 (its zero padding casts to +0)", scale_not_negative},
+      {"center_crop", true, 0, "scale >= 0, so its zero padding casts to +0", scale_not_negative},
       {"reshape", true, 0, "", nullptr},
       {"truncate", true, 0, "", nullptr},
-      {"pad", true, 0, "when the padding value is 0 and scale >= 0", value_zero},
-      {"pad_or_truncate", true, 0, "when the padding value is 0 and scale >= 0", value_zero},
+      {"pad", true, 0, "padding value 0, scale >= 0", value_zero},
+      {"pad_or_truncate", true, 0, "padding value 0, scale >= 0", value_zero},
       {"resize", false, 0, resample_note, CastWithResample},
       {"random_resized_crop", false, 0, resample_note, CastWithResample},
   };

@@ -241,17 +241,33 @@ std::string FieldsText(const std::vector<pipeline::FieldRef>& refs) {
   return absl::StrJoin(parts, ", ");
 }
 
+std::string RuleText(const std::string& other, const pipeline::CommuteRule& c) {
+  std::string entry = absl::StrCat("`", other, "` ", c.exact ? "exact" : "approx.");
+  if (!c.condition.empty()) absl::StrAppend(&entry, " (", c.condition, ")");
+  return entry;
+}
+
+// The rules `name` declares, and those other ops declare about it.
+std::vector<std::string> CommuteTexts(const std::string& name, const pipeline::OrderDeclaration& d) {
+  std::vector<std::string> out;
+  for (const auto& c : d.commutes) out.push_back(RuleText(c.other, c));
+  auto& ops = pipeline::OpRegistry::Builtin();
+  for (const auto& other : ops.Names()) {
+    const auto* od = ops.Find(other);
+    if (od->order == nullptr || other == name) continue;
+    for (const auto& c : od->order->commutes) {
+      if (c.other == name) out.push_back(RuleText(other, c));
+    }
+  }
+  return out;
+}
+
 void PrintDeclaration(const std::string& name, bool random, const pipeline::OrderDeclaration* d, std::ostream& out) {
   if (d == nullptr) {
     out << "| `" << name << "` | barrier (no declaration) | | | | | | | |\n";
     return;
   }
-  std::vector<std::string> commutes;
-  for (const auto& c : d->commutes) {
-    std::string entry = absl::StrCat("`", c.other, "` ", c.exact ? "exact" : "approx.");
-    if (!c.condition.empty()) absl::StrAppend(&entry, " (", c.condition, ")");
-    commutes.push_back(entry);
-  }
+  std::vector<std::string> commutes = CommuteTexts(name, *d);
   out << "| `" << name << "` | " << FieldsText(d->reads) << " | " << FieldsText(d->writes) << " | "
       << pipeline::ShapeEffectName(d->shape) << " | " << d->dtype.ToString() << " | " << pipeline::SizeEffectName(d->size)
       << " | " << pipeline::CostDriverName(d->cost) << " | "

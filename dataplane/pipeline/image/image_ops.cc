@@ -116,11 +116,11 @@ std::optional<Commutation> NormalizeWithResample(const Args& normalize, const Ar
 std::shared_ptr<const OrderDeclaration> NormalizeOrder() {
   auto d = OneFieldDeclaration("field", "image", ShapeEffect::kSame, DTypeEffect::Fixed(DType::kFloat32),
                                SizeEffect::kLarger, CostDriver::kInput);
-  const std::string resample = "layout hwc; nearest: exact; bilinear/area: within 1.05 x max |scale / std|";
+  const std::string resample = "layout hwc; nearest: exact; bilinear/area: within 1.05 x max abs(scale / std)";
   d->commutes = {
       {"random_flip", true, 0, "layout hwc", NormalizeWithMove},
       {"random_crop", true, 0, "layout hwc", NormalizeWithMove},
-      {"center_crop", true, 0, "layout hwc, every mean 0, scale >= 0, std > 0 (padding stays 0)", NormalizeWithCenterCrop},
+      {"center_crop", true, 0, "layout hwc, every mean 0, scale >= 0, std > 0: the padding stays 0", NormalizeWithCenterCrop},
       {"resize", false, 0, resample, NormalizeWithResample},
       {"random_resized_crop", false, 0, resample, NormalizeWithResample},
   };
