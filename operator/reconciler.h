@@ -96,8 +96,17 @@ struct DrainWorkers {
   std::vector<std::string> worker_addresses;  // their advertised addresses "podIP:port" (pods with an IP)
 };
 
+// Ask the dispatcher (GetState, through its RPC client) what AutoOrder did to the DataService's
+// pipeline. The controller reports the answer back in ReconcileInput::auto_order, once per
+// dispatcher pod (AutoOrder runs when the dispatcher registers the pipeline at start-up).
+struct ReadAutoOrder {
+  std::string dispatcher_address;   // the Service address (TLS name, fallback)
+  std::string dispatcher_endpoint;  // the dispatcher pod's "podIP:port"
+  std::string dispatcher_uid;       // the pod whose answer this is
+};
+
 using Action = std::variant<CreateObject, ApplyObject, DeleteObject, UpdateStatus, EmitEvent, AddFinalizer,
-                            RemoveFinalizer, DrainWorkers>;
+                            RemoveFinalizer, DrainWorkers, ReadAutoOrder>;
 
 // ---- Input ----
 
@@ -108,6 +117,12 @@ struct ReconcileOptions {
   absl::Duration drain_timeout = absl::Minutes(10);
   // How soon to look again while a drain is in progress.
   absl::Duration drain_poll_interval = absl::Seconds(5);
+};
+
+// What a dispatcher pod answered to ReadAutoOrder.
+struct ObservedAutoOrder {
+  std::string dispatcher_uid;
+  AutoOrderStatus status;
 };
 
 // Progress of a drain the controller started after a DrainWorkers action.
@@ -134,6 +149,9 @@ struct ReconcileInput {
   PendingOperations expectations;
   // Set by the controller once it started draining (after a DrainWorkers action).
   std::optional<DrainProgress> drain;
+  // The last answer to ReadAutoOrder (status.autoOrder shows it while it is from the current
+  // dispatcher pod).
+  std::optional<ObservedAutoOrder> auto_order;
   absl::Time now = absl::UnixEpoch();
   ReconcileOptions options;
 };
