@@ -17,6 +17,9 @@
 #ifdef SLUICE_HAVE_OPERATOR_BENCH
 #include "bench/operator/operator_bench.h"
 #endif
+#ifdef SLUICE_HAVE_AUTOORDER_BENCH
+#include "bench/autoorder/autoorder_bench.h"
+#endif
 
 int main(int argc, char** argv) {
   // The benchmarks and `sluice up` read the data service in this process.
@@ -78,6 +81,13 @@ int main(int argc, char** argv) {
   auto* bench_pipeline = bench->add_subcommand("pipeline", "ResNet-style JPEG pipeline: Sluice vs PyTorch DataLoader");
   sluice::bench::AddPipelineBenchFlags(bench_pipeline, pb);
   bench_pipeline->callback([&] { rc = sluice::bench::RunPipelineBenchmark(pb); });
+#endif
+#ifdef SLUICE_HAVE_AUTOORDER_BENCH
+  sluice::bench::AutoOrderBenchOptions autoorder_bench;
+  auto* bench_autoorder = bench->add_subcommand(
+      "autoorder", "Three pipelines in natural order, as written vs as AutoOrder rewrites them (per CPU-second)");
+  sluice::bench::AddAutoOrderBenchFlags(bench_autoorder, autoorder_bench);
+  bench_autoorder->callback([&] { rc = sluice::bench::RunAutoOrderBenchmark(autoorder_bench); });
 #endif
 #ifdef HAVE_SLUICE_BENCH_DATASERVICE
   sluice::bench::AddDataServiceBenchmarks(bench, rc);

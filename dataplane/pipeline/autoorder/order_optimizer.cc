@@ -38,13 +38,19 @@ double Apply(const SegmentModel& model, size_t u, State* state) {
 
   FieldSizes out;
   for (const auto& [name, size] : state->fields) {
-    if (!Writes(p, name)) out[name] = size;  // untouched
+    if (Writes(p, name)) continue;
+    out[name] = size;  // untouched
+    // A unit that drops elements may drop the big ones (a length filter): the survivors' average
+    // size changes as it did when measured.
+    auto before = prof.in.find(name);
+    auto after = prof.out.find(name);
+    if (prof.keep < 1 && before != prof.in.end() && after != prof.out.end() && before->second.values > 0) {
+      out[name].values *= after->second.values / before->second.values;
+    }
   }
   for (const auto& [name, measured] : prof.out) {
-    if (!Writes(p, name)) {
-      if (out.count(name) == 0) out[name] = measured;  // not in the state: trust the measurement
-      continue;
-    }
+    // A field the unit does not write is as the state has it (or absent: made by a unit still to come).
+    if (!Writes(p, name)) continue;
     auto before = state->fields.find(name);
     FieldSize now = measured;
     if (before != state->fields.end()) {

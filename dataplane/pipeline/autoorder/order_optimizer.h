@@ -10,7 +10,9 @@
 // size of every field before and after it, the fraction of elements it kept). Placed elsewhere,
 // its cost scales with the bytes it then sees (what its declaration says drives its cost: input
 // bytes, output bytes or nothing) and the fraction of elements still alive; the fields it writes
-// change as declared (same size, fixed by arguments, scaled, or as measured). The predicted cost
+// change as declared (same size, fixed by arguments, scaled, or as measured), and a unit that drops
+// elements changes the survivors' average field sizes as it did when measured (a length filter
+// drops the long ones). The predicted cost
 // of an order is the sum over its units, per input element of the segment; the output element
 // count does not depend on the order, so this also ranks CPU per output element.
 //

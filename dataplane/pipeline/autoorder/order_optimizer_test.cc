@@ -141,5 +141,40 @@ TEST_CASE("the cost model: a widening op moved after a shrinking one costs in pr
   CHECK(choice.original_cost / choice.cost == Approx(20));
 }
 
+TEST_CASE("the cost model: a length filter moved before tokenize saves the long documents' tokenizing") {
+  // As measured (text classification): tokenize(text -> tokens) 10 us per document of 1225 bytes;
+  // then a filter on the text's length keeps 83% of the documents, averaging 839 bytes.
+  auto tokenize = std::make_shared<OrderDeclaration>();
+  tokenize->reads = {FieldRef::Named("text")};
+  tokenize->writes = {FieldRef::Named("tokens")};
+  tokenize->shape = ShapeEffect::kData;
+  tokenize->dtype = DTypeEffect::Fixed(DType::kInt64);
+  SegmentModel m;
+  m.units = {*ResolveOrderProperties("tokenize", tokenize, false, ValueMap()),
+             *ResolveOrderProperties("filter", FilterOrderDeclaration(), false, [] {
+               ValueMap args;
+               SetArg(args, "field", StringValue("text"));
+               return args;
+             }())};
+  m.input = {{"text", FieldSize{1225, 1}}, {"label", FieldSize{1, 8}}};
+  UnitProfile t;
+  t.cpu_ns = 10000;
+  t.in = m.input;
+  t.out = {{"text", FieldSize{1225, 1}}, {"label", FieldSize{1, 8}}, {"tokens", FieldSize{194, 8}}};
+  UnitProfile f;
+  f.cpu_ns = 50;
+  f.keep = 0.83;
+  f.in = t.out;
+  f.out = {{"text", FieldSize{839, 1}}, {"label", FieldSize{1, 8}}, {"tokens", FieldSize{132, 8}}};
+  m.profiles = {t, f};
+  std::vector<double> per_unit;
+  CHECK(PredictCost(m, {0, 1}) == Approx(10050));
+  // Filter first: tokenize sees 83% of the documents, 839 bytes on average (the filter dropped the
+  // long ones), and no `tokens` field yet (the filter does not make one).
+  CHECK(PredictCost(m, {1, 0}, &per_unit) == Approx(50 + 10000 * 0.83 * 839.0 / 1225.0));
+  OrderChoice choice = FindBestOrder(m, Exactness::kExactOnly, 0.03);
+  CHECK(choice.order == std::vector<size_t>{1, 0});
+}
+
 }  // namespace
 }  // namespace sluice::pipeline::autoorder
