@@ -63,6 +63,9 @@ void DefineFlags(CLI::App& app, DispatcherFlags& f) {
                  "verified identical on a sample) or relaxed (approximate ones too); default: $SLUICE_AUTO_ORDER, else off");
   app.add_option("--auto_order_sample", f.auto_order_sample,
                  "elements AutoOrder reads at each reorderable part of a pipeline to measure and verify it");
+  app.add_option("--auto_order_min_speedup", f.auto_order_min_speedup,
+                 "AutoOrder applies a verified rewrite only when it measures at least this much faster on the sample "
+                 "(0: whenever the cost model predicts a gain)");
 }
 
 const char* GetEnv(const EnvLookup& env, const char* name) { return env ? env(name) : std::getenv(name); }
@@ -156,6 +159,9 @@ absl::Status Validate(const DispatcherFlags& f) {
   if (auto dirs = pipeline::ResolvePluginDirs(f.plugin_dirs, "--plugin_dir"); !dirs.ok()) return dirs.status();
   if (auto mode = pipeline::ParseAutoOrderMode(f.auto_order); !mode.ok()) return invalid("--auto_order: ", mode.status().message());
   if (f.auto_order_sample < 1) return invalid("--auto_order_sample: must be >= 1, got ", f.auto_order_sample);
+  if (!(f.auto_order_min_speedup >= 0)) {
+    return invalid("--auto_order_min_speedup: must be >= 0, got ", f.auto_order_min_speedup);
+  }
   return absl::OkStatus();
 }
 
@@ -291,6 +297,7 @@ DispatcherOptions ServiceOptionsFromFlags(const DispatcherFlags& f) {
   o.default_cross_job_sharing = f.sharing;
   o.auto_order.mode = pipeline::ParseAutoOrderMode(f.auto_order).value_or(pipeline::AutoOrderMode::kOff);
   o.auto_order.sample_elements = f.auto_order_sample;
+  o.auto_order.min_measured_speedup = f.auto_order_min_speedup;
   return o;
 }
 

@@ -49,6 +49,7 @@ struct DispatcherFlags {
   bool sharing = false;                // --sharing (default $SLUICE_SHARING): OFF jobs are cross-job shared by default
   std::string auto_order = "off";      // --auto_order (default $SLUICE_AUTO_ORDER): off | strict | relaxed
   int64_t auto_order_sample = 64;      // --auto_order_sample: elements AutoOrder samples per reorderable part
+  double auto_order_min_speedup = 1.02;  // --auto_order_min_speedup: rewrites measured slower are not applied
 };
 
 struct ParsedDispatcherFlags {

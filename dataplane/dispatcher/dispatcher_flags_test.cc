@@ -166,6 +166,9 @@ TEST_CASE("auto_order flag: off by default - from SLUICE_AUTO_ORDER - the flag w
   CHECK(parse({}, Env({{"SLUICE_AUTO_ORDER", "relaxed"}})).mode == pipeline::AutoOrderMode::kRelaxed);
   CHECK(parse({"--auto_order", "off"}, Env({{"SLUICE_AUTO_ORDER", "relaxed"}})).mode == pipeline::AutoOrderMode::kOff);
   CHECK(parse({"--auto_order_sample=8"}, Env({})).sample_elements == 8);
+  CHECK(parse({}, Env({})).min_measured_speedup == 1.02);
+  CHECK(parse({"--auto_order_min_speedup=0"}, Env({})).min_measured_speedup == 0);
+  CHECK(Has(ParseError({"--auto_order_min_speedup=-1"}), "--auto_order_min_speedup: must be >= 0"));
   auto bad_env = ParseDispatcherFlags({}, Env({{"SLUICE_AUTO_ORDER", "chaotic"}}));
   REQUIRE(!bad_env.ok());
   CHECK(Has(std::string(bad_env.status().message()), "$SLUICE_AUTO_ORDER: expected off, strict or relaxed, got 'chaotic'"));
