@@ -196,6 +196,8 @@ absl::Status DispatcherService::RegisterDataset(const service::RegisterDatasetRe
           .With("outcome", auto_order->outcome())
           .With("summary", pipeline::SummarizeAutoOrderReport(*auto_order));
       if (metrics_ != nullptr) metrics_->AddAutoOrderPlan(*auto_order);
+    } else {
+      SLUICE_LOG(Warning, "autoorder").With("dataset_id", id).With("error", planned.status().ToString());
     }
   }
   auto compiled = pipeline::Pipeline::Create(def);
