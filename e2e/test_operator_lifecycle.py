@@ -422,3 +422,36 @@ def test_an_unschedulable_dispatcher_is_reported_with_the_schedulers_reason(env)
     assert ready["reason"] == "DispatcherNotReady" and ready["message"] == c["message"]
     cluster.delete(GROUP_VERSION, "DataService", "stuck", NS)
     cluster.wait_for_deletion(GROUP_VERSION, "DataService", "stuck", NS, timeout=60)
+
+
+AUTO_ORDER_PIPELINE = """\
+source: {synthetic: {count: 256, shape: [96, 96, 3], dtype: uint8, split_size: 32}}
+steps:
+  - cast: {field: data, dtype: float32}
+  - random_crop: {field: data, size: [8, 8]}
+  - batch: 8
+"""
+
+
+def test_auto_order_reaches_the_dispatcher_and_status_shows_its_choice(env):
+    """spec.autoOrder -> SLUICE_AUTO_ORDER -> the dispatcher reorders its pipeline at start-up -> the operator reads
+    the report (GetState) into status.autoOrder."""
+    cluster, operator = env
+    cluster.apply(dataservice("ordered", replicas=1, pipeline={"inline": AUTO_ORDER_PIPELINE},
+                              autoOrder={"enabled": True, "mode": "strict"}), namespace=NS)
+    wait_ready(cluster, "ordered", 1)
+
+    def reported():
+        auto_order = (get_ds(cluster, "ordered").get("status") or {}).get("autoOrder") or {}
+        return auto_order if auto_order.get("outcome") else None
+    auto_order = cluster.wait_for(reported, 60, "status.autoOrder")
+    assert auto_order["mode"] == "strict"
+    assert auto_order["originalOrder"] == "cast(data->float32) -> random_crop(data)"
+    # Applied unless the sample measured no gain; the outcome and its numbers are reported either way.
+    assert auto_order["outcome"] in ("applied", "unchanged"), auto_order
+    assert auto_order["predictedSpeedup"] > 1
+    if auto_order["outcome"] == "applied":
+        assert auto_order["chosenOrder"] == "random_crop(data) -> cast(data->float32)"
+    assert 'msg="autoorder read" dataservice=life/ordered' in operator.log()
+    cluster.delete(GROUP_VERSION, "DataService", "ordered", NS)
+    cluster.wait_for_deletion(GROUP_VERSION, "DataService", "ordered", NS, timeout=60)

@@ -384,6 +384,7 @@ absl::StatusOr<kube::ReconcileResult> DataServiceController::ReconcileOnce(const
     absl::MutexLock lock(&mu_);
     expectations_.Forget(key);
     drains_.erase(key);
+    auto_orders_.erase(key);
     status_written_.erase(key);
     consumer_nodes_.erase(key);
     return kube::ReconcileResult{};
@@ -395,6 +396,7 @@ absl::StatusOr<kube::ReconcileResult> DataServiceController::ReconcileOnce(const
     input.expectations = expectations_.Pending(key);
     if (auto it = drains_.find(key); it != drains_.end()) input.drain = it->second;
     input.namespace_terminating = terminating_namespaces_.count(kube::NamespaceOf(object)) > 0;
+    if (auto it = auto_orders_.find(key); it != auto_orders_.end()) input.auto_order = it->second;
   }
   absl::StatusOr<ReconcileResult> result = Reconcile(input);
   if (!result.ok()) {
@@ -460,6 +462,22 @@ void DataServiceController::RunDrainRound(const std::string& key, const DrainWor
     drains_[key] = progress;
   }
   if (progress.complete) queue_.Add(key);  // release the finalizer now, not at the next poll
+}
+
+void DataServiceController::ReadAutoOrderOf(const std::string& key, const ReadAutoOrder& read) {
+  if (options_.auto_order_reader == nullptr) return;
+  absl::StatusOr<AutoOrderStatus> status = options_.auto_order_reader->Read(read);  // an RPC: no lock held
+  if (!status.ok()) {
+    Warn("reading AutoOrder from the dispatcher failed; asking again on the next pass", key, status.status());
+    return;
+  }
+  SLUICE_LOG(Info, "autoorder read").With("dataservice", key).With("outcome", status->outcome)
+      .With("chosen_order", status->chosen_order);
+  {
+    absl::MutexLock lock(&mu_);
+    auto_orders_[key] = ObservedAutoOrder{read.dispatcher_uid, *std::move(status)};
+  }
+  queue_.Add(key);  // write status.autoOrder now
 }
 
 absl::Status DataServiceController::ForeignObjectConflict(const CreateObject& create, const std::string& ns,
@@ -586,6 +604,8 @@ absl::Status DataServiceController::Execute(const std::string& key, const json& 
       if (!r.ok() && !absl::IsNotFound(r.status())) fail(r.status(), "remove finalizer", "finalizer");
     } else if (const auto* drain = std::get_if<DrainWorkers>(&action)) {
       RunDrainRound(key, *drain);
+    } else if (const auto* read = std::get_if<ReadAutoOrder>(&action)) {
+      ReadAutoOrderOf(key, *read);
     }
   }
   for (const EmitEvent& e : RenderEvents(announced)) Emit(dataservice, e);

@@ -10,6 +10,8 @@
 // RPC client); its progress is fed back to the next reconcile, and a completed drain requeues the
 // key at once so that the finalizer goes. Without a drainer (options.drainer null) draining is
 // disabled: the drain counts as complete at once (workers then stop on SIGTERM).
+// AutoOrder: a ReadAutoOrder action asks the dispatcher (AutoOrderReader) what AutoOrder did; the
+// answer is fed back to the next reconcile (status.autoOrder), which is requeued at once.
 //
 // A namespace being deleted refuses every create (403, cause NamespaceTerminating). The first such
 // answer marks the namespace: the rest of that pass and every later reconcile of its DataServices
@@ -47,6 +49,7 @@
 #include "kube/workqueue.h"
 #include "nlohmann/json.hpp"
 #include "operator/compact_objects.h"
+#include "operator/dispatcher_auto_order.h"
 #include "operator/dispatcher_drainer.h"
 #include "operator/expectations.h"
 #include "operator/operator_metrics.h"
@@ -80,6 +83,9 @@ struct OperatorOptions {
   // Drains workers of deleted DataServices through their dispatcher (optional, see above; must
   // outlive the controller; called from reconcile threads, so it must be thread-safe).
   WorkerDrainer* drainer = nullptr;
+  // Reads what AutoOrder did from the dispatcher for status.autoOrder (optional, as `drainer`;
+  // without it status.autoOrder is not written).
+  AutoOrderReader* auto_order_reader = nullptr;
 };
 
 class DataServiceController {
@@ -112,6 +118,7 @@ class DataServiceController {
                                      const absl::Status& status);
   void Emit(const nlohmann::json& dataservice, const EmitEvent& event);
   void RunDrainRound(const std::string& key, const DrainWorkers& drain);
+  void ReadAutoOrderOf(const std::string& key, const ReadAutoOrder& read);
   // A problem worth a warning: `what` happened to DataService `key` (or "" when none).
   void Warn(absl::string_view what, absl::string_view key, const absl::Status& status) const;
   kube::ResourceEventHandler ConsumerSelectorHandler();
@@ -149,6 +156,7 @@ class DataServiceController {
   mutable absl::Mutex mu_;
   Expectations expectations_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, DrainProgress> drains_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, ObservedAutoOrder> auto_orders_ ABSL_GUARDED_BY(mu_);  // the dispatchers' answers
   // DataServices placing workers locally, by key: their consumer selectors.
   std::map<std::string, ConsumerSelector> consumer_selectors_ ABSL_GUARDED_BY(mu_);
   // When each DataService's status was last written (for coalescing).

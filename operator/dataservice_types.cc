@@ -235,6 +235,18 @@ DataServiceStatus ParseDataServiceStatus(const json& object) {
   r.Int(*s, path, "remoteReplicas", &status.remote_replicas);
   r.Int(*s, path, "localCapacity", &status.local_capacity);
   r.String(*s, path, "selector", &status.selector);
+  if (const json* ao = r.Object(*s, path, "autoOrder")) {
+    AutoOrderStatus a;
+    const std::string ao_path = "status.autoOrder";
+    r.String(*ao, ao_path, "mode", &a.mode);
+    r.String(*ao, ao_path, "outcome", &a.outcome);
+    r.String(*ao, ao_path, "originalOrder", &a.original_order);
+    r.String(*ao, ao_path, "chosenOrder", &a.chosen_order);
+    r.Number(*ao, ao_path, "predictedSpeedup", &a.predicted_speedup);
+    r.Number(*ao, ao_path, "measuredSpeedup", &a.measured_speedup);
+    r.String(*ao, ao_path, "message", &a.message);
+    status.auto_order = std::move(a);
+  }
   if (const json* conds = r.Array(*s, path, "conditions")) {
     for (size_t i = 0; i < conds->size(); ++i) {
       const json& item = (*conds)[i];
@@ -638,6 +650,17 @@ json StatusToJson(const DataServiceStatus& status) {
       {"selector", status.selector},
   };
   if (!status.dispatcher_address.empty()) out["dispatcherAddress"] = status.dispatcher_address;
+  if (status.auto_order.has_value()) {
+    const AutoOrderStatus& a = *status.auto_order;
+    // Every key, always: status writes are merge patches, which would keep a key left out.
+    out["autoOrder"] = {{"mode", a.mode},
+                        {"outcome", a.outcome},
+                        {"originalOrder", a.original_order},
+                        {"chosenOrder", a.chosen_order},
+                        {"predictedSpeedup", a.predicted_speedup},
+                        {"measuredSpeedup", a.measured_speedup},
+                        {"message", a.message}};
+  }
   return out;
 }
 

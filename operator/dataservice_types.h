@@ -186,6 +186,20 @@ struct Condition {
   bool operator==(const Condition&) const = default;
 };
 
+// What AutoOrder did to the DataService's pipeline, as its dispatcher reports it (GetState; see
+// docs/autoorder.md): status.autoOrder.
+struct AutoOrderStatus {
+  std::string mode;            // strict | relaxed | off
+  std::string outcome;         // applied | unchanged | refused | failed; empty: the dispatcher reported nothing
+  std::string original_order;  // "decode_jpeg(image) -> cast(image->float32) -> ..."
+  std::string chosen_order;
+  double predicted_speedup = 0;
+  double measured_speedup = 0;
+  std::string message;         // the reason (unchanged, refused, failed) or what else was left alone
+
+  bool operator==(const AutoOrderStatus&) const = default;
+};
+
 struct DataServiceStatus {
   int64_t observed_generation = 0;
   std::vector<Condition> conditions;
@@ -196,6 +210,7 @@ struct DataServiceStatus {
   int64_t remote_replicas = 0;
   int64_t local_capacity = 0;
   std::string selector;
+  std::optional<AutoOrderStatus> auto_order;
 
   const Condition* FindCondition(const std::string& type) const;
   bool operator==(const DataServiceStatus&) const = default;

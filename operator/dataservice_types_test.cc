@@ -377,8 +377,11 @@ TEST_CASE("status serialises and parses back", "[types][status]") {
   st.remote_replicas = 1;
   st.local_capacity = 3;
   st.selector = "sluice.dev/dataservice=a,sluice.dev/role=worker";
+  st.auto_order = AutoOrderStatus{"relaxed", "applied", "cast(x->float32) -> resize(x)", "resize(x) -> cast(x->float32)",
+                                  1.75, 1.5, ""};
   json o = Minimal();
   o["status"] = StatusToJson(st);
+  CHECK(o["status"]["autoOrder"]["measuredSpeedup"] == 1.5);
   o["status"]["autoscaler"] = {{"stallRatio", 0.2}};
   CHECK(o["status"]["conditions"][0]["lastTransitionTime"] == "2026-11-22T00:00:00Z");
   CHECK_FALSE(StatusToJson(st).contains("autoscaler"));

@@ -81,6 +81,11 @@ int main(int argc, char** argv) {
   drain_options.rpc_timeout = absl::Seconds(flags.drain_rpc_timeout_seconds);
   sluice::op::GrpcWorkerDrainer drainer(drain_options);
   options.drainer = &drainer;
+  sluice::op::GrpcAutoOrderReaderOptions auto_order_options;
+  auto_order_options.tls = drain_options.tls;
+  auto_order_options.rpc_timeout = drain_options.rpc_timeout;
+  sluice::op::GrpcAutoOrderReader auto_order_reader(auto_order_options);
+  options.auto_order_reader = &auto_order_reader;
   sluice::op::DataServiceController controller(client->get(), options);
 
   // The controller's run: until the daemon stops (a signal, or lost leadership).

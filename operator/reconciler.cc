@@ -324,6 +324,13 @@ ReconcileResult Planner::Run() {
     PlanWorkers();
   }
   for (Action& a : object_actions_) result_.actions.push_back(std::move(a));
+  // AutoOrder: once the dispatcher pod serves, ask it what it did to the pipeline (once per pod).
+  if (ds_.spec.auto_order.enabled && dispatcher_ != nullptr && Active(*dispatcher_) && dispatcher_->ready &&
+      !dispatcher_->pod_ip.empty() && (!in_.auto_order.has_value() || in_.auto_order->dispatcher_uid != dispatcher_->uid)) {
+    result_.actions.push_back(ReadAutoOrder{DispatcherAddress(ds_),
+                                            absl::StrCat(dispatcher_->pod_ip, ":", ds_.spec.dispatcher.port),
+                                            dispatcher_->uid});
+  }
 
   DataServiceStatus status = BuildStatus();
   if (!result_.plan.limited_reason.empty() &&
@@ -633,6 +640,11 @@ DataServiceStatus Planner::BuildStatus() const {
   status.selector = WorkerSelector(ds_);
   status.local_capacity = result_.plan.capacity.total_workers;
   ApplyCounts(CountWorkers(pods_, ds_), &status);
+  if (!ds_.spec.auto_order.enabled) {
+    if (status.auto_order.has_value()) status.auto_order = AutoOrderStatus{"off", "unchanged", "", "", 0, 0, "spec.autoOrder.enabled is false"};
+  } else if (in_.auto_order.has_value() && dispatcher_ != nullptr && in_.auto_order->dispatcher_uid == dispatcher_->uid) {
+    status.auto_order = in_.auto_order->status;
+  }
 
   // DispatcherReady.
   Condition dispatcher;

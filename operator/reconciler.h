@@ -102,8 +102,17 @@ struct DrainWorkers {
   std::vector<std::string> worker_addresses;  // their advertised addresses "podIP:port" (pods with an IP)
 };
 
+// Ask the dispatcher (GetState, through its RPC client) what AutoOrder did to the DataService's
+// pipeline. The controller reports the answer back in ReconcileInput::auto_order, once per
+// dispatcher pod (AutoOrder runs when the dispatcher registers the pipeline at start-up).
+struct ReadAutoOrder {
+  std::string dispatcher_address;   // the Service address (TLS name, fallback)
+  std::string dispatcher_endpoint;  // the dispatcher pod's "podIP:port"
+  std::string dispatcher_uid;       // the pod whose answer this is
+};
+
 using Action = std::variant<CreateObject, PatchObject, DeleteObject, UpdateStatus, EmitEvent, AddFinalizer,
-                            RemoveFinalizer, DrainWorkers>;
+                            RemoveFinalizer, DrainWorkers, ReadAutoOrder>;
 
 // ---- Input ----
 
@@ -114,6 +123,12 @@ struct ReconcileOptions {
   absl::Duration drain_timeout = absl::Minutes(10);
   // How soon to look again while a drain is in progress.
   absl::Duration drain_poll_interval = absl::Seconds(5);
+};
+
+// What a dispatcher pod answered to ReadAutoOrder.
+struct ObservedAutoOrder {
+  std::string dispatcher_uid;
+  AutoOrderStatus status;
 };
 
 // Progress of a drain the controller started after a DrainWorkers action.
@@ -144,6 +159,9 @@ struct ReconcileInput {
   // deleted (a create was answered 403 with cause NamespaceTerminating): the result then holds no
   // creates and no Events (Events are creates too); deletes, status and finalizer writes go on.
   bool namespace_terminating = false;
+  // The last answer to ReadAutoOrder (status.autoOrder shows it while it is from the current
+  // dispatcher pod).
+  std::optional<ObservedAutoOrder> auto_order;
   absl::Time now = absl::UnixEpoch();
   ReconcileOptions options;
 };

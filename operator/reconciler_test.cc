@@ -1557,6 +1557,65 @@ TEST_CASE("deletion drains workers through the dispatcher, then releases the fin
   }
 }
 
+TEST_CASE("status.autoOrder shows what the current dispatcher pod's AutoOrder did", "[reconciler][autoorder]") {
+  json ds = BaseDataService();
+  ds["spec"]["autoOrder"] = {{"enabled", true}, {"mode", "relaxed"}};
+  FakeCluster c(ds);
+  c.Converge();
+  // Ready dispatcher, nothing read yet: ask it (through its pod's address).
+  ReconcileResult first = c.Step();
+  auto reads = All<ReadAutoOrder>(first);
+  REQUIRE(reads.size() == 1);
+  const std::string uid = c.pods().at("ds-dispatcher")["metadata"]["uid"];
+  CHECK(reads[0].dispatcher_uid == uid);
+  CHECK(absl::StartsWith(reads[0].dispatcher_endpoint, "10.0.0."));
+  CHECK(reads[0].dispatcher_address == "ds-dispatcher.ml.svc:5050");
+  CHECK(!c.ds()["status"].contains("autoOrder"));
+
+  // The controller's answer: written to status, and not asked again.
+  AutoOrderStatus answer{"relaxed", "applied", "decode_jpeg(image) -> cast(image->float32) -> random_flip(image)",
+                         "decode_jpeg(image) -> random_flip(image) -> cast(image->float32)", 2.5, 2.25, ""};
+  ReconcileInput in = c.Input();
+  in.auto_order = ObservedAutoOrder{uid, answer};
+  absl::StatusOr<ReconcileResult> second = Reconcile(in);
+  REQUIRE(second.ok());
+  CHECK(All<ReadAutoOrder>(*second).empty());
+  std::optional<json> status = StatusUpdate(*second);
+  REQUIRE(status.has_value());
+  CHECK((*status)["autoOrder"] == json::parse(R"js({"mode": "relaxed", "outcome": "applied",
+      "originalOrder": "decode_jpeg(image) -> cast(image->float32) -> random_flip(image)",
+      "chosenOrder": "decode_jpeg(image) -> random_flip(image) -> cast(image->float32)",
+      "predictedSpeedup": 2.5, "measuredSpeedup": 2.25, "message": ""})js"));
+  CHECK(!All<UpdateStatus>(*second)[0].significant);
+  CHECK(ParseDataServiceStatus({{"status", *status}}).auto_order == answer);
+
+  // An answer from a dispatcher pod that is gone is not shown; the new pod is asked.
+  c.ds()["status"] = *status;
+  in = c.Input();
+  in.auto_order = ObservedAutoOrder{"an-older-dispatcher-uid", answer};
+  absl::StatusOr<ReconcileResult> replaced = Reconcile(in);
+  REQUIRE(replaced.ok());
+  CHECK(All<ReadAutoOrder>(*replaced).size() == 1);
+
+  // Turned off: the status says so; nothing is asked.
+  c.ds()["spec"]["autoOrder"]["enabled"] = false;
+  in = c.Input();
+  absl::StatusOr<ReconcileResult> off = Reconcile(in);
+  REQUIRE(off.ok());
+  CHECK(All<ReadAutoOrder>(*off).empty());
+  REQUIRE(StatusUpdate(*off).has_value());
+  CHECK((*StatusUpdate(*off))["autoOrder"]["mode"] == "off");
+  CHECK((*StatusUpdate(*off))["autoOrder"]["chosenOrder"] == "");  // every key written: merge patches keep left-out ones
+}
+
+TEST_CASE("without spec.autoOrder nothing is read and status has no autoOrder", "[reconciler][autoorder]") {
+  FakeCluster c(BaseDataService());
+  c.Converge();
+  ReconcileResult r = c.Step();
+  CHECK(All<ReadAutoOrder>(r).empty());
+  CHECK(!c.ds()["status"].contains("autoOrder"));
+}
+
 TEST_CASE("observed objects parse from API server JSON", "[observed]") {
   json pod = json::parse(R"js({
     "apiVersion": "v1", "kind": "Pod",

@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "dataplane/pipeline/autoorder/auto_order.h"
 #include "dataplane/pipeline/plugin.h"
 #include "dataplane/pipeline/spec_parser.h"
 
@@ -57,6 +58,14 @@ void DefineFlags(CLI::App& app, DispatcherFlags& f) {
                  "read it); default: $SLUICE_PIPELINE_FILE, else the spec text in $SLUICE_PIPELINE");
   app.add_flag("--sharing", f.sharing,
                "SHARDING_OFF jobs that do not say otherwise are cross-job shared (default: $SLUICE_SHARING, else false)");
+  app.add_option("--auto_order", f.auto_order,
+                 "AutoOrder for registered pipelines (docs/autoorder.md): off, strict (exact reorderings, output "
+                 "verified identical on a sample) or relaxed (approximate ones too); default: $SLUICE_AUTO_ORDER, else off");
+  app.add_option("--auto_order_sample", f.auto_order_sample,
+                 "elements AutoOrder reads at each reorderable part of a pipeline to measure and verify it");
+  app.add_option("--auto_order_min_speedup", f.auto_order_min_speedup,
+                 "AutoOrder applies a verified rewrite only when it measures at least this much faster on the sample "
+                 "(0: whenever the cost model predicts a gain)");
 }
 
 const char* GetEnv(const EnvLookup& env, const char* name) { return env ? env(name) : std::getenv(name); }
@@ -148,6 +157,11 @@ absl::Status Validate(const DispatcherFlags& f) {
   }
   if (!f.tls_ca.empty() && f.tls_cert.empty()) return invalid("--tls_ca needs --tls_cert and --tls_key (a TLS server)");
   if (auto dirs = pipeline::ResolvePluginDirs(f.plugin_dirs, "--plugin_dir"); !dirs.ok()) return dirs.status();
+  if (auto mode = pipeline::ParseAutoOrderMode(f.auto_order); !mode.ok()) return invalid("--auto_order: ", mode.status().message());
+  if (f.auto_order_sample < 1) return invalid("--auto_order_sample: must be >= 1, got ", f.auto_order_sample);
+  if (!(f.auto_order_min_speedup >= 0)) {
+    return invalid("--auto_order_min_speedup: must be >= 0, got ", f.auto_order_min_speedup);
+  }
   return absl::OkStatus();
 }
 
@@ -191,6 +205,15 @@ absl::StatusOr<ParsedDispatcherFlags> ParseDispatcherFlags(const std::vector<std
       } else {
         return absl::InvalidArgumentError(absl::StrCat("$SLUICE_SHARING: expected true or false, got '", value, "'"));
       }
+    }
+  }
+  if (app.count("--auto_order") == 0) {
+    if (const char* value = GetEnv(env, "SLUICE_AUTO_ORDER"); value != nullptr && value[0] != '\0') {
+      if (!pipeline::ParseAutoOrderMode(value).ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("$SLUICE_AUTO_ORDER: expected off, strict or relaxed, got '", value, "'"));
+      }
+      parsed.flags.auto_order = value;
     }
   }
   if (absl::Status s = Validate(parsed.flags); !s.ok()) return s;
@@ -272,6 +295,9 @@ DispatcherOptions ServiceOptionsFromFlags(const DispatcherFlags& f) {
   o.dataservice = f.dataservice;
   o.plugin_dirs = f.plugin_dirs;
   o.default_cross_job_sharing = f.sharing;
+  o.auto_order.mode = pipeline::ParseAutoOrderMode(f.auto_order).value_or(pipeline::AutoOrderMode::kOff);
+  o.auto_order.sample_elements = f.auto_order_sample;
+  o.auto_order.min_measured_speedup = f.auto_order_min_speedup;
   return o;
 }
 

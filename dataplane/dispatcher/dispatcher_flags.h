@@ -47,6 +47,9 @@ struct DispatcherFlags {
   std::vector<std::string> plugin_dirs;  // --plugin_dir (repeatable, comma-separated): allowed plugin directories
   std::string pipeline;                // --pipeline FILE: the default dataset (else $SLUICE_PIPELINE_FILE / $SLUICE_PIPELINE)
   bool sharing = false;                // --sharing (default $SLUICE_SHARING): OFF jobs are cross-job shared by default
+  std::string auto_order = "off";      // --auto_order (default $SLUICE_AUTO_ORDER): off | strict | relaxed
+  int64_t auto_order_sample = 64;      // --auto_order_sample: elements AutoOrder samples per reorderable part
+  double auto_order_min_speedup = 1.02;  // --auto_order_min_speedup: rewrites measured slower are not applied
 };
 
 struct ParsedDispatcherFlags {
@@ -58,7 +61,9 @@ struct ParsedDispatcherFlags {
 using EnvLookup = std::function<const char*(const char*)>;
 
 // `args` excludes the program name. Errors name the flag, or the config file, line and key.
-// --sharing not given on the command line or in the config takes $SLUICE_SHARING (true/false).
+// --sharing not given on the command line or in the config takes $SLUICE_SHARING (true/false);
+// --auto_order likewise takes $SLUICE_AUTO_ORDER (off, strict or relaxed: what the operator sets from
+// the DataService's spec.autoOrder).
 absl::StatusOr<ParsedDispatcherFlags> ParseDispatcherFlags(const std::vector<std::string>& args,
                                                            const EnvLookup& env = nullptr);
 

@@ -154,6 +154,28 @@ TEST_CASE("sharing flag: off by default - from SLUICE_SHARING - the flag wins") 
   CHECK(Has(std::string(bad.status().message()), "$SLUICE_SHARING: expected true or false, got 'perhaps'"));
 }
 
+TEST_CASE("auto_order flag: off by default - from SLUICE_AUTO_ORDER - the flag wins - bad modes are named") {
+  auto parse = [](const std::vector<std::string>& args, const EnvLookup& env) {
+    auto parsed = ParseDispatcherFlags(args, env);
+    INFO(parsed.status().ToString());
+    REQUIRE(parsed.ok());
+    return ServiceOptionsFromFlags(parsed->flags).auto_order;
+  };
+  CHECK(parse({}, Env({})).mode == pipeline::AutoOrderMode::kOff);
+  CHECK(parse({"--auto_order=strict"}, Env({})).mode == pipeline::AutoOrderMode::kStrict);
+  CHECK(parse({}, Env({{"SLUICE_AUTO_ORDER", "relaxed"}})).mode == pipeline::AutoOrderMode::kRelaxed);
+  CHECK(parse({"--auto_order", "off"}, Env({{"SLUICE_AUTO_ORDER", "relaxed"}})).mode == pipeline::AutoOrderMode::kOff);
+  CHECK(parse({"--auto_order_sample=8"}, Env({})).sample_elements == 8);
+  CHECK(parse({}, Env({})).min_measured_speedup == 1.02);
+  CHECK(parse({"--auto_order_min_speedup=0"}, Env({})).min_measured_speedup == 0);
+  CHECK(Has(ParseError({"--auto_order_min_speedup=-1"}), "--auto_order_min_speedup: must be >= 0"));
+  auto bad_env = ParseDispatcherFlags({}, Env({{"SLUICE_AUTO_ORDER", "chaotic"}}));
+  REQUIRE(!bad_env.ok());
+  CHECK(Has(std::string(bad_env.status().message()), "$SLUICE_AUTO_ORDER: expected off, strict or relaxed, got 'chaotic'"));
+  CHECK(Has(ParseError({"--auto_order=sideways"}), "--auto_order: unknown AutoOrder mode 'sideways'"));
+  CHECK(Has(ParseError({"--auto_order_sample=0"}), "--auto_order_sample: must be >= 1"));
+}
+
 TEST_CASE("plugin_dir flag: repeatable and comma-separated - a missing directory is a flag error") {
   TempDir a, b;
   DispatcherFlags f = MustParse({"--plugin_dir", a.path().string() + "," + b.path().string(), "--plugin_dir=/tmp"});

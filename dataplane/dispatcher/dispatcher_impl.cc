@@ -183,7 +183,23 @@ absl::Status DispatcherService::RegisterDataset(const service::RegisterDatasetRe
     }
     if (sequence >= 0) return Durable(sequence);  // known already
   }
-  // Listing splits reads the data files: outside the lock.
+  // AutoOrder and listing splits read the data files: outside the lock.
+  std::optional<pipeline::AutoOrderReport> auto_order;
+  if (options_.auto_order.mode != pipeline::AutoOrderMode::kOff) {
+    auto planned = pipeline::PlanAutoOrder(def, options_.auto_order);
+    if (planned.ok()) {
+      def = std::move(planned->def);
+      auto_order = std::move(planned->report);
+      SLUICE_LOG(Info, "autoorder")
+          .With("dataset_id", id)
+          .With("mode", auto_order->mode())
+          .With("outcome", auto_order->outcome())
+          .With("summary", pipeline::SummarizeAutoOrderReport(*auto_order));
+      if (metrics_ != nullptr) metrics_->AddAutoOrderPlan(*auto_order);
+    } else {
+      SLUICE_LOG(Warning, "autoorder").With("dataset_id", id).With("error", planned.status().ToString());
+    }
+  }
   auto compiled = pipeline::Pipeline::Create(def);
   if (!compiled.ok()) return absl::InvalidArgumentError(absl::StrCat("pipeline: ", compiled.status().message()));
   auto splits = (*compiled)->ListSplits();
@@ -199,6 +215,7 @@ absl::Status DispatcherService::RegisterDataset(const service::RegisterDatasetRe
       auto* r = u.mutable_register_dataset();
       r->set_dataset_id(id);
       *r->mutable_pipeline() = def;
+      if (auto_order.has_value()) *r->mutable_auto_order() = *auto_order;
       for (const auto& split : *splits) {
         auto* s = r->add_splits();
         s->set_index(split.index);
@@ -1212,6 +1229,9 @@ absl::Status DispatcherService::GetState(const service::GetStateRequest&, servic
       if (auto m = job_metrics_.find(id); m != job_metrics_.end()) *info->mutable_metrics() = m->second;
     }
     response->set_default_dataset_id(default_dataset_id_);
+    for (const auto& [id, dataset] : state_.datasets()) {
+      if (dataset.auto_order.has_value()) (*response->mutable_auto_order())[id] = *dataset.auto_order;
+    }
     sequence = LastSequenceLocked();
   }
   return Durable(sequence);

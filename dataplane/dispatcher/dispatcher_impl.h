@@ -34,6 +34,7 @@
 #include "dataplane/dispatcher/clock.h"
 #include "dataplane/dispatcher/dispatcher_metrics.h"
 #include "dataplane/dispatcher/dispatcher_state.h"
+#include "dataplane/pipeline/autoorder/auto_order.h"
 #include "dataplane/dispatcher/journal.h"
 #include "absl/status/statusor.h"
 #include "dataservice.pb.h"
@@ -57,6 +58,9 @@ struct DispatcherOptions {
   // --sharing: SHARDING_OFF jobs (not coordinated) whose request leaves cross_job_sharing unset
   // are cross-job shared.
   bool default_cross_job_sharing = false;
+  // AutoOrder (docs/autoorder.md): a newly registered pipeline is reordered once, before it is
+  // journaled; what it did is kept with the dataset (GetState) and counted in the metrics.
+  pipeline::AutoOrderOptions auto_order;  // mode off by default
 };
 
 // Coordinated reads: a late worker's task starts this many rounds after the highest round seen

@@ -428,6 +428,74 @@ TEST_CASE("RegisterDataset: same pipeline, same id - bad pipelines are named") {
   CHECK(Contains(s, "/nonexistent/sluice/*.jsonl"));
 }
 
+TEST_CASE("AutoOrder at registration: the rewrite is served, journaled, in GetState and counted") {
+  TempDir dir;
+  DispatcherOptions options;
+  options.auto_order.mode = pipeline::AutoOrderMode::kStrict;
+  options.auto_order.sample_elements = 16;
+  options.auto_order.rounds = 1;
+  options.auto_order.min_measured_speedup = 0;  // decide on model and verification: no timing in this test
+  options.snapshot_every = 1;
+  ServiceHarness h(dir.File("journal"), options);
+  Driver d{h.service()};
+  auto natural = pipeline::ParsePipelineSpec(R"(
+source: {synthetic: {count: 32, shape: [64, 64, 3], dtype: uint8, split_size: 8}}
+steps:
+  - cast: {field: data, dtype: float32}
+  - random_crop: {field: data, size: [8, 8]}
+)", "natural.yaml");
+  REQUIRE(natural.ok());
+  const std::string id = d.Register(*natural);
+  CHECK(id == pipeline::Fingerprint(*natural));  // the dataset id is the pipeline as registered
+  CHECK(d.Register(*natural) == id);             // and registering it again finds it
+  auto check = [&] {
+    service::GetStateResponse state;
+    REQUIRE(h.service().GetState(service::GetStateRequest(), &state).ok());
+    REQUIRE(state.auto_order().count(id) == 1);
+    const pipeline::AutoOrderReport& r = state.auto_order().at(id);
+    CHECK(r.mode() == "strict");
+    CHECK(r.outcome() == "applied");
+    CHECK(r.chosen_order(0) == "random_crop(data)");
+    // Workers get the rewritten pipeline.
+    service::GetOrCreateJobResponse job = d.MustJob(id, service::SHARDING_OFF);
+    service::WorkerHeartbeatResponse hb = d.Heartbeat("w1:1");
+    REQUIRE(hb.new_tasks_size() >= 1);
+    CHECK(hb.new_tasks(0).pipeline().steps(0).ops(0).op() == "random_crop");
+    (void)job;
+  };
+  check();
+  auto plans = [&](const std::string& outcome) {
+    for (const auto& family : h.registry().Collect()) {
+      if (family.name != "sluice_dispatcher_autoorder_plans_total") continue;
+      for (const auto& m : family.metric) {
+        for (const auto& l : m.label) {
+          if (l.name == "outcome" && l.value == outcome) return m.counter.value;
+        }
+      }
+    }
+    return -1.0;
+  };
+  CHECK(plans("applied") == 1.0);  // once: the second registration found the dataset
+  CHECK(plans("refused") == 0.0);
+  h.Restart();  // the journal keeps the rewrite and the report; nothing is planned again
+  check();
+  CHECK(plans("applied") == 0.0);
+  h.service().Tick();  // compacts: the snapshot keeps them too
+  REQUIRE(h.journal()->bytes() > 0);
+  h.Restart();
+  REQUIRE(h.recovered().snapshot.has_value());
+  check();
+
+  // AutoOrder off: no report, the pipeline as given.
+  ServiceHarness off("");
+  Driver o{off.service()};
+  const std::string same = o.Register(*natural);
+  service::GetStateResponse state;
+  REQUIRE(off.service().GetState(service::GetStateRequest(), &state).ok());
+  CHECK(same == id);
+  CHECK(state.auto_order().empty());
+}
+
 TEST_CASE("GetOrCreateJob: sharing by name, parameter mismatches, anonymous jobs, validation") {
   ServiceHarness h("");
   Driver d{h.service()};

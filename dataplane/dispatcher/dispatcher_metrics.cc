@@ -30,6 +30,14 @@ DispatcherMetrics::DispatcherMetrics(prometheus::Registry& registry, std::string
                                      "Workers removed, by reason (heartbeat timeout, deregistered, restarted)")),
       snapshots_(CounterFamily(registry, "sluice_dispatcher_snapshots_total", "Journal snapshots written")
                      .Add({{"dataservice", dataservice_}})),
+      autoorder_plans_(CounterFamily(registry, "sluice_dispatcher_autoorder_plans_total",
+                                     "Pipelines AutoOrder planned at registration, by outcome (applied, unchanged, refused, failed)")),
+      autoorder_speedup_(GaugeFamily(registry, "sluice_dispatcher_autoorder_speedup",
+                                     "Measured speed-up (CPU per element of the reordered part) of the last AutoOrder rewrite applied; 0 before one")
+                             .Add({{"dataservice", dataservice_}})),
+      autoorder_planning_seconds_(CounterFamily(registry, "sluice_dispatcher_autoorder_planning_seconds_total",
+                                                "CPU seconds AutoOrder spent sampling, measuring and verifying pipelines")
+                                      .Add({{"dataservice", dataservice_}})),
       jobs_(GaugeFamily(registry, "sluice_dispatcher_jobs", "Jobs not finished").Add({{"dataservice", dataservice_}})),
       workers_(GaugeFamily(registry, "sluice_dispatcher_workers", "Registered workers by placement")),
       workers_local_(workers_.Add({{"dataservice", dataservice_}, {"placement", "local"}})),
@@ -37,7 +45,17 @@ DispatcherMetrics::DispatcherMetrics(prometheus::Registry& registry, std::string
       journal_bytes_(GaugeFamily(registry, "sluice_dispatcher_journal_bytes", "Bytes of the journal's live files")
                          .Add({{"dataservice", dataservice_}})),
       job_workers_(GaugeFamily(registry, "sluice_dispatcher_job_workers",
-                               "Workers with a task of the job, by placement (unfinished jobs)")) {}
+                               "Workers with a task of the job, by placement (unfinished jobs)")) {
+  for (const char* outcome : {"applied", "unchanged", "refused", "failed"}) {
+    autoorder_plans_.Add({{"dataservice", dataservice_}, {"outcome", outcome}});
+  }
+}
+
+void DispatcherMetrics::AddAutoOrderPlan(const pipeline::AutoOrderReport& report) {
+  autoorder_plans_.Add({{"dataservice", dataservice_}, {"outcome", report.outcome()}}).Increment();
+  autoorder_planning_seconds_.Increment(report.planning_cpu_seconds());
+  if (report.outcome() == "applied") autoorder_speedup_.Set(report.measured_speedup());
+}
 
 prometheus::Labels DispatcherMetrics::JobLabels(const std::string& job) const {
   return {{"dataservice", dataservice_}, {"job", job}};

@@ -9,6 +9,9 @@
 //   sluice_dispatcher_journal_bytes               {dataservice}
 //   sluice_dispatcher_worker_removals_total       {dataservice, reason}
 //   sluice_dispatcher_snapshots_total             {dataservice}
+//   sluice_dispatcher_autoorder_plans_total       {dataservice, outcome}  pipelines AutoOrder planned
+//   sluice_dispatcher_autoorder_speedup           {dataservice}       measured speed-up of the last rewrite applied
+//   sluice_dispatcher_autoorder_planning_seconds_total {dataservice}  CPU seconds AutoOrder spent planning
 // `job` is the job name, or the job id for anonymous jobs.
 //
 // Threading: thread-safe (prometheus-cpp metrics are).
@@ -24,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 
 #include "dataservice.pb.h"
+#include "pipeline.pb.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -41,6 +45,8 @@ class DispatcherMetrics {
   void AddSplitRemainders(const std::string& job, int64_t n);
   void AddWorkerRemoval(const std::string& reason);
   void AddSnapshot();
+  // One pipeline AutoOrder planned at registration (docs/autoorder.md).
+  void AddAutoOrderPlan(const pipeline::AutoOrderReport& report);
   void SetJobs(int64_t active_jobs);
   void SetWorkers(int64_t local, int64_t remote);
   void SetJournalBytes(int64_t bytes);
@@ -62,6 +68,9 @@ class DispatcherMetrics {
   prometheus::Family<prometheus::Counter>& split_remainders_;
   prometheus::Family<prometheus::Counter>& worker_removals_;
   prometheus::Counter& snapshots_;
+  prometheus::Family<prometheus::Counter>& autoorder_plans_;
+  prometheus::Gauge& autoorder_speedup_;
+  prometheus::Counter& autoorder_planning_seconds_;
   prometheus::Gauge& jobs_;
   prometheus::Family<prometheus::Gauge>& workers_;
   prometheus::Gauge& workers_local_;

@@ -648,6 +648,7 @@ void DispatcherState::DoRegisterDataset(const service::RegisterDatasetUpdate& u)
   d.id = u.dataset_id();
   d.pipeline = u.pipeline();
   d.splits.assign(u.splits().begin(), u.splits().end());
+  if (u.has_auto_order()) d.auto_order = u.auto_order();
 }
 
 void DispatcherState::RefillQueue(Job& job) {
@@ -906,6 +907,7 @@ std::vector<Update> DispatcherState::ToSnapshotUpdates() const {
     u->set_dataset_id(id);
     *u->mutable_pipeline() = d.pipeline;
     for (const auto& split : d.splits) *u->add_splits() = split;
+    if (d.auto_order.has_value()) *u->mutable_auto_order() = *d.auto_order;
   }
   for (const auto& [address, w] : workers_) {
     auto* u = out.emplace_back().mutable_register_worker();

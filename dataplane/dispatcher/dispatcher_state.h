@@ -39,6 +39,7 @@ class DispatcherState {
     std::string id;
     pipeline::PipelineDef pipeline;
     std::vector<service::Split> splits;  // splits[i].index() == i
+    std::optional<pipeline::AutoOrderReport> auto_order;  // set when AutoOrder ran at registration
   };
 
   // Dynamic sharding: where the job is in its splits. One epoch at a time.

@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/status/statusor.h"
 #include "dataplane/pipeline/args.h"
+#include "dataplane/pipeline/op_properties.h"
 #include "dataplane/pipeline/tensor.h"
 
 namespace sluice::pipeline {
@@ -54,6 +55,8 @@ struct OpDescriptor {
   ElementOpFuser fuse_with_next = nullptr;  // optional
   bool random = false;            // draws random numbers (uses the per-element seed)
   bool filter = false;            // a predicate op: used by `filter`, returns keep/drop via Keep()
+  // What AutoOrder may rely on when it reorders ops (op_properties.h); null: the op is a barrier.
+  std::shared_ptr<const OrderDeclaration> order = nullptr;
 };
 
 // A predicate used by `filter` steps. Thread-safe like ElementOp.

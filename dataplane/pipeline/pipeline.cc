@@ -20,26 +20,55 @@ int DefaultCpuBudget() {
   return n == 0 ? 1 : static_cast<int>(n);
 }
 
-// One compiled map step: its ops after fusion and a description for plans.
+// How the ops of one map stage compile: groups of one op, or of two that fuse into one.
+struct FusionGroup {
+  size_t first = 0;
+  size_t count = 1;
+};
+
+absl::StatusOr<std::unique_ptr<ElementOp>> TryFuse(const OpDescriptor& d, const OpDef& def, const OpDef& next) {
+  if (!d.fuse_with_next) return std::unique_ptr<ElementOp>();
+  return d.fuse_with_next(Args(def.args()), next.op(), Args(next.args()));
+}
+
+// The seed slot of a compiled op made of defs[g.first, g.first + g.count) at compiled index j of
+// map stage `stage`: the slot its random member (or, with none or several, its first member) was
+// given, else its own position.
+OpSeedSlot SlotOf(const std::vector<const OpDef*>& defs, const FusionGroup& g, int stage, int j) {
+  size_t member = g.first;
+  int random_members = 0;
+  for (size_t k = g.first; k < g.first + g.count; ++k) {
+    const OpDescriptor* d = OpRegistry::Builtin().Find(defs[k]->op());
+    if (d != nullptr && d->random && random_members++ == 0) member = k;
+  }
+  if (random_members > 1) member = g.first;
+  const OpDef& def = *defs[member];
+  if (def.has_seed_slot()) return OpSeedSlot{def.seed_slot().stage(), def.seed_slot().index()};
+  return OpSeedSlot{stage, j};
+}
+
+// One compiled map step: its ops after fusion, their seed slots and a description for plans.
 struct CompiledOps {
   std::vector<std::unique_ptr<ElementOp>> ops;
+  std::vector<OpSeedSlot> slots;
   std::vector<std::string> names;
 };
 
-absl::StatusOr<CompiledOps> CompileOps(const std::vector<const OpDef*>& defs) {
+absl::StatusOr<CompiledOps> CompileOps(const std::vector<const OpDef*>& defs, int stage) {
   CompiledOps out;
   for (size_t j = 0; j < defs.size(); ++j) {
     const OpDef& def = *defs[j];
     const OpDescriptor* d = OpRegistry::Builtin().Find(def.op());
     if (d == nullptr) return OpRegistry::Builtin().UnknownOpError(def.op(), def.location().path());
     Args args(def.args());
-    if (d->fuse_with_next && j + 1 < defs.size()) {
-      const OpDef& next = *defs[j + 1];
-      auto fused = d->fuse_with_next(args, next.op(), Args(next.args()));
+    if (j + 1 < defs.size()) {
+      auto fused = TryFuse(*d, def, *defs[j + 1]);
       if (!fused.ok()) return fused.status();
       if (*fused != nullptr) {
+        const OpDef& next = *defs[j + 1];
         std::string desc = (*fused)->Describe();
         out.names.push_back(desc.empty() ? absl::StrCat(def.op(), "+", next.op(), " (fused)") : desc);
+        out.slots.push_back(SlotOf(defs, FusionGroup{j, 2}, stage, static_cast<int>(out.ops.size())));
         out.ops.push_back(*std::move(fused));
         ++j;
         continue;
@@ -52,6 +81,7 @@ absl::StatusOr<CompiledOps> CompileOps(const std::vector<const OpDef*>& defs) {
     }
     std::string desc = (*op)->Describe();
     out.names.push_back(desc.empty() ? def.op() : desc);
+    out.slots.push_back(SlotOf(defs, FusionGroup{j, 1}, stage, static_cast<int>(out.ops.size())));
     out.ops.push_back(*std::move(op));
   }
   return out;
@@ -62,6 +92,63 @@ bool SameMapSettings(const StepDef& a, const StepDef& b) {
   return x.Int("parallelism") == y.Int("parallelism") && x.Bool("deterministic", true) == y.Bool("deterministic", true) &&
          x.String("on_error") == y.String("on_error");
 }
+
+// The steps of `def` as the executor builds its stages: calls `stage(index, first_step, last_step)`
+// for every stage after the source (stage 0), where a run of consecutive map steps with the same
+// settings is one stage (so ops can fuse across them) and every other step is one stage.
+template <typename Fn>
+void ForEachStage(const PipelineDef& def, Fn stage) {
+  int first = def.steps_size() > 0 && def.steps(0).kind() == "interleave" ? 1 : 0;
+  int index = 1;
+  for (int i = first; i < def.steps_size(); ++i) {
+    int last = i;
+    if (def.steps(i).kind() == "map") {
+      while (last + 1 < def.steps_size() && def.steps(last + 1).kind() == "map" &&
+             SameMapSettings(def.steps(i), def.steps(last + 1))) {
+        ++last;
+      }
+    }
+    stage(index++, i, last);
+    i = last;
+  }
+}
+
+std::vector<const OpDef*> OpsOf(const PipelineDef& def, int first_step, int last_step) {
+  std::vector<const OpDef*> ops;
+  for (int i = first_step; i <= last_step; ++i) {
+    for (const auto& op : def.steps(i).ops()) ops.push_back(&op);
+  }
+  return ops;
+}
+
+// An in-memory source (RuntimeOptions::elements): one split holding the given elements.
+class ElementListSource : public Source {
+ public:
+  explicit ElementListSource(std::shared_ptr<const std::vector<Element>> elements) : elements_(std::move(elements)) {}
+  absl::StatusOr<std::vector<Split>> ListSplits() const override {
+    Split split;
+    split.path = "(elements in memory)";
+    return std::vector<Split>{split};
+  }
+  absl::StatusOr<std::unique_ptr<SplitReader>> Open(const Split&, const SourceContext&) const override {
+    return std::unique_ptr<SplitReader>(new Reader(elements_));
+  }
+
+ private:
+  class Reader : public SplitReader {
+   public:
+    explicit Reader(std::shared_ptr<const std::vector<Element>> elements) : elements_(std::move(elements)) {}
+    absl::StatusOr<std::optional<Element>> Next() override {
+      if (next_ >= elements_->size()) return std::optional<Element>();
+      return std::optional<Element>((*elements_)[next_++]);
+    }
+
+   private:
+    std::shared_ptr<const std::vector<Element>> elements_;
+    size_t next_ = 0;
+  };
+  std::shared_ptr<const std::vector<Element>> elements_;
+};
 
 }  // namespace
 
@@ -189,50 +276,55 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(PipelineDef def, Runt
 
   const SourceDescriptor* sd = SourceRegistry::Builtin().Find(def.source().kind());
   Args source_args(def.source().args());
-  auto source = sd->factory(source_args);
-  if (!source.ok()) {
-    return absl::Status(source.status().code(), absl::StrCat("source.", def.source().kind(), ": ", source.status().message()));
+  if (options.elements != nullptr) {
+    impl.source = std::make_shared<ElementListSource>(options.elements);
+  } else {
+    auto source = sd->factory(source_args);
+    if (!source.ok()) {
+      return absl::Status(source.status().code(), absl::StrCat("source.", def.source().kind(), ": ", source.status().message()));
+    }
+    impl.source = std::shared_ptr<const Source>(std::move(*source));
   }
-  impl.source = std::shared_ptr<const Source>(std::move(*source));
   SourceContext sctx;
   sctx.on_error = source_args.String("on_error", "fail") == "skip" ? OnError::kSkip : OnError::kFail;
   sctx.max_element_bytes = impl.max_element_bytes;
   std::string source_desc = absl::StrCat("source ", def.source().kind());
-  for (const char* key : {"files", "images", "path", "start", "stop", "count"}) {
-    if (const Value* v = source_args.Raw(key)) absl::StrAppend(&source_desc, " ", key, "=", ValueToString(*v));
+  if (options.elements != nullptr) {
+    source_desc = absl::StrCat("source: ", options.elements->size(), " elements in memory");
+  } else {
+    for (const char* key : {"files", "images", "path", "start", "stop", "count"}) {
+      if (const Value* v = source_args.Raw(key)) absl::StrAppend(&source_desc, " ", key, "=", ValueToString(*v));
+    }
   }
 
-  int first_step = 0;
   if (def.steps_size() > 0 && def.steps(0).kind() == "interleave") {
     StageStats* st = impl.stats.AddStage("source+interleave", "source");
     impl.root = MakeInterleaveStage(impl.source, sctx, Args(def.steps(0).args()), st, source_desc);
-    first_step = 1;
   } else {
     StageStats* st = impl.stats.AddStage(absl::StrCat("source[", def.source().kind(), "]"), "source");
     impl.root = MakeSourceStage(impl.source, sctx, st, source_desc);
   }
   impl.stage_order.push_back(impl.root.get());
 
-  for (int i = first_step; i < def.steps_size(); ++i) {
-    const StepDef& step = def.steps(i);
+  absl::Status status;
+  ForEachStage(def, [&](int index, int first_step, int last_step) {
+    if (!status.ok()) return;
+    const StepDef& step = def.steps(first_step);
     Args args(step.args());
     const std::string& kind = step.kind();
     if (kind == "map") {
-      // Fuse consecutive map steps with the same settings into one, so ops can fuse across them.
-      std::vector<const OpDef*> ops;
-      for (const auto& op : step.ops()) ops.push_back(&op);
-      while (i + 1 < def.steps_size() && def.steps(i + 1).kind() == "map" && SameMapSettings(step, def.steps(i + 1))) {
-        ++i;
-        for (const auto& op : def.steps(i).ops()) ops.push_back(&op);
+      // Consecutive map steps with the same settings are one stage, so ops can fuse across them.
+      std::vector<const OpDef*> ops = OpsOf(def, first_step, last_step);
+      auto compiled = CompileOps(ops, index);
+      if (!compiled.ok()) {
+        status = compiled.status();
+        return;
       }
-      auto compiled = CompileOps(ops);
-      if (!compiled.ok()) return compiled.status();
       std::string desc = absl::StrJoin(compiled->names, " -> ");
       std::vector<std::string> short_names;
       for (const OpDef* op : ops) short_names.push_back(op->op());
       StageStats* st = impl.stats.AddStage(absl::StrCat("map[", absl::StrJoin(short_names, "+"), "]"), "map");
-      impl.root = MakeMapStage(std::move(impl.root), std::move(compiled->ops), desc, args,
-                               static_cast<int>(impl.stage_order.size()), st);
+      impl.root = MakeMapStage(std::move(impl.root), std::move(compiled->ops), std::move(compiled->slots), desc, args, st);
     } else {
       StageStats* st = impl.stats.AddStage(kind, kind);
       if (kind == "filter") impl.root = MakeFilterStage(std::move(impl.root), args, st);
@@ -246,11 +338,46 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(PipelineDef def, Runt
       else if (kind == "cache") impl.root = MakeCacheStage(std::move(impl.root), args, st);
       else if (kind == "prefetch") impl.root = MakePrefetchStage(std::move(impl.root), args, st);
       else if (kind == "bucket_by_length") impl.root = MakeBucketByLengthStage(std::move(impl.root), args, st);
-      else return absl::InvalidArgumentError(absl::StrCat("steps[", i, "]: '", kind, "' is not allowed here"));
+      else {
+        status = absl::InvalidArgumentError(absl::StrCat("steps[", first_step, "]: '", kind, "' is not allowed here"));
+        return;
+      }
     }
     impl.stage_order.push_back(impl.root.get());
-  }
+  });
+  if (!status.ok()) return status;
   return p;
+}
+
+void AssignSeedSlots(PipelineDef& def) {
+  // Slots per op, in the order OpsOf lists them (steps, then ops), computed before any is set.
+  std::vector<std::pair<std::pair<int, int>, OpSeedSlot>> assigned;  // ((step, op), slot)
+  ForEachStage(def, [&](int index, int first_step, int last_step) {
+    if (def.steps(first_step).kind() != "map") return;
+    std::vector<const OpDef*> ops = OpsOf(def, first_step, last_step);
+    std::vector<std::pair<int, int>> where;
+    for (int i = first_step; i <= last_step; ++i) {
+      for (int k = 0; k < def.steps(i).ops_size(); ++k) where.emplace_back(i, k);
+    }
+    int compiled = 0;
+    for (size_t j = 0; j < ops.size(); j += 1) {
+      FusionGroup g{j, 1};
+      if (j + 1 < ops.size()) {
+        if (const OpDescriptor* d = OpRegistry::Builtin().Find(ops[j]->op())) {
+          auto fused = TryFuse(*d, *ops[j], *ops[j + 1]);
+          if (fused.ok() && *fused != nullptr) g.count = 2;
+        }
+      }
+      OpSeedSlot slot = SlotOf(ops, g, index, compiled++);
+      for (size_t k = g.first; k < g.first + g.count; ++k) assigned.emplace_back(where[k], slot);
+      j += g.count - 1;
+    }
+  });
+  for (const auto& [at, slot] : assigned) {
+    SeedSlot* s = def.mutable_steps(at.first)->mutable_ops(at.second)->mutable_seed_slot();
+    s->set_stage(slot.stage);
+    s->set_index(slot.index);
+  }
 }
 
 Pipeline::~Pipeline() = default;

@@ -23,6 +23,9 @@ namespace sluice::pipeline {
 struct RuntimeOptions {
   int cpu_budget = 0;             // overrides the spec's cpu_budget when > 0
   std::optional<bool> autotune;   // overrides the spec's autotune when set
+  // Read these elements (one split, in order, keys kept) instead of the spec's source, whose
+  // arguments are still validated. AutoOrder runs parts of a pipeline on a sample this way.
+  std::shared_ptr<const std::vector<Element>> elements;
 };
 
 class PipelineIterator {
@@ -61,6 +64,11 @@ class Pipeline {
   std::string fingerprint_;
   std::unique_ptr<Impl> impl_;
 };
+
+// Gives every op of `def` an explicit seed slot equal to the one the executor would derive from its
+// position (see SeedSlot in pipeline.proto), keeping slots already set. The pipeline draws the same
+// random numbers before and after; afterwards its ops may be moved without changing them.
+void AssignSeedSlots(PipelineDef& def);
 
 // Renders stats as an aligned text table (the CLI's per-stage table).
 std::string FormatStatsTable(const std::vector<StageStatsSnapshot>& stats, double wall_seconds);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -214,12 +215,28 @@ absl::Status LoadPlugin(const std::string& requested_path) {
                                                       " but this Sluice uses version ", SLUICE_PLUGIN_ABI_VERSION,
                                                       "; rebuild the plugin against this sluice_plugin.h"));
   }
+  // Check every op (and its AutoOrder declaration) before registering any.
+  std::vector<std::shared_ptr<const OrderDeclaration>> orders(plugin.num_ops);
   for (size_t i = 0; i < plugin.num_ops; ++i) {
     const sluice_op_v1* op = &plugin.ops[i];
     if (op->name == nullptr || op->create == nullptr || op->apply == nullptr) {
+      ::dlclose(handle);
       return absl::InvalidArgumentError(absl::StrCat("plugin '", path, "' op #", i, " lacks a name, create or apply"));
     }
+    constexpr size_t kOrderEnd = offsetof(sluice_op_v1, order_properties_json) + sizeof(op->order_properties_json);
+    if (op->struct_size >= kOrderEnd && op->order_properties_json != nullptr) {
+      auto order = ParsePluginOrderDeclaration(op->order_properties_json, path, op->name);
+      if (!order.ok()) {
+        ::dlclose(handle);
+        return order.status();
+      }
+      orders[i] = std::make_shared<const OrderDeclaration>(*std::move(order));
+    }
+  }
+  for (size_t i = 0; i < plugin.num_ops; ++i) {
+    const sluice_op_v1* op = &plugin.ops[i];
     OpDescriptor d;
+    d.order = orders[i];
     d.name = op->name;
     d.summary = op->summary ? op->summary : "";
     d.args = {PluginArgs()};

@@ -11,6 +11,9 @@
  * Compatibility: the host refuses a plugin whose abi_version differs from the host's, with an
  * error naming both versions. Fields are only ever added at the end of the structs, guarded by
  * struct_size.
+ *
+ * Extensions of version 1 (present when the op's struct_size covers them):
+ *   order_properties_json  what AutoOrder may rely on when it reorders the op (docs/autoorder.md).
  */
 #ifndef SLUICE_PLUGIN_H_
 #define SLUICE_PLUGIN_H_
@@ -74,7 +77,19 @@ typedef struct sluice_op_v1 {
   int (*apply)(void* state, const sluice_host_api* host, sluice_element* element, uint64_t seed,
                char* error, size_t error_size);
   void (*destroy)(void* state);
+  /* Optional extension: the op's reordering properties for AutoOrder, a JSON object in format
+   * version SLUICE_PLUGIN_ORDER_PROPERTIES_VERSION, e.g.
+   *   {"version": 1, "reads": [{"arg": "field", "default": "image"}], "writes": [{"arg": "field",
+   *    "default": "image"}], "shape": "same", "dtype": "same", "size": "same", "cost": "input",
+   *    "commutes": [{"op": "random_flip", "exact": true}, {"op": "resize", "exact": false, "tolerance": 0.01}]}
+   * where {"arg": K} names the field given by key K of the op's config (docs/autoorder.md#plugins).
+   * NULL, or a plugin built before this field existed (smaller struct_size): the op is a barrier,
+   * nothing is moved across it. A malformed or contradictory declaration makes the host refuse the
+   * plugin with an error naming the plugin and the op. */
+  const char* order_properties_json;
 } sluice_op_v1;
+
+#define SLUICE_PLUGIN_ORDER_PROPERTIES_VERSION 1
 
 typedef struct sluice_plugin_v1 {
   uint32_t abi_version; /* must be SLUICE_PLUGIN_ABI_VERSION */

@@ -217,6 +217,36 @@ std::string KnownStepsMessage() {
                       "; or any op as a one-op map (known ops: ", absl::StrJoin(OpRegistry::Builtin().Names(), ", "), ")");
 }
 
+// The keys every op (keep_position, seed_slot) and step (keep_position) takes besides its own
+// arguments: what AutoOrder may do with it (docs/autoorder.md).
+constexpr char kKeepPosition[] = "keep_position";
+constexpr char kSeedSlot[] = "seed_slot";
+
+absl::Status ReadKeepPosition(const ParseContext& ctx, const YAML::Node& args, const std::string& path, bool* keep) {
+  if (!args || !args.IsMap() || !args[kKeepPosition]) return absl::OkStatus();
+  const YAML::Node v = args[kKeepPosition];
+  std::string lower = v.IsScalar() ? absl::AsciiStrToLower(v.Scalar()) : "";
+  if (lower != "true" && lower != "false") {
+    return ctx.Error(v, absl::StrCat(path, ".", kKeepPosition), "expected true or false");
+  }
+  *keep = lower == "true";
+  return absl::OkStatus();
+}
+
+absl::Status ReadSeedSlot(const ParseContext& ctx, const YAML::Node& args, const std::string& path, OpDef& op) {
+  if (!args || !args.IsMap() || !args[kSeedSlot]) return absl::OkStatus();
+  const YAML::Node v = args[kSeedSlot];
+  int64_t stage = 0, index = 0;
+  if (!v.IsSequence() || v.size() != 2 || !v[0].IsScalar() || !v[1].IsScalar() || !ParseInt(v[0].Scalar(), &stage) ||
+      !ParseInt(v[1].Scalar(), &index) || stage < 1 || index < 0 || stage > (1 << 20) || index > (1 << 20)) {
+    return ctx.Error(v, absl::StrCat(path, ".", kSeedSlot),
+                     "expected [stage, index]: the map stage (>= 1) and op index (>= 0) whose seeds the op draws");
+  }
+  op.mutable_seed_slot()->set_stage(static_cast<int32_t>(stage));
+  op.mutable_seed_slot()->set_index(static_cast<int32_t>(index));
+  return absl::OkStatus();
+}
+
 absl::Status ParseOp(const ParseContext& ctx, const YAML::Node& node, const std::string& path, OpDef& op) {
   std::string kind;
   YAML::Node args;
@@ -226,8 +256,13 @@ absl::Status ParseOp(const ParseContext& ctx, const YAML::Node& node, const std:
     return ctx.Error(node, path, OpRegistry::Builtin().UnknownOpError(kind, "op").message().substr(4));
   }
   op.set_op(kind);
-  *op.mutable_location() = ctx.Location(node, absl::StrCat(path, ".", kind));
-  return ReadArgs(ctx, args, absl::StrCat(path, ".", kind), d->args, *op.mutable_args());
+  const std::string op_path = absl::StrCat(path, ".", kind);
+  *op.mutable_location() = ctx.Location(node, op_path);
+  bool keep = false;
+  if (auto s = ReadKeepPosition(ctx, args, op_path, &keep); !s.ok()) return s;
+  op.set_keep_position(keep);
+  if (auto s = ReadSeedSlot(ctx, args, op_path, op); !s.ok()) return s;
+  return ReadArgs(ctx, args, op_path, d->args, *op.mutable_args(), {kKeepPosition, kSeedSlot});
 }
 
 absl::Status ParseStep(const ParseContext& ctx, const YAML::Node& node, const std::string& path, StepDef& step) {
@@ -257,8 +292,11 @@ absl::Status ParseStep(const ParseContext& ctx, const YAML::Node& node, const st
     SetArg(*step.mutable_args(), t->args[0].name, *std::move(value));
     return absl::OkStatus();
   }
-  std::vector<std::string> reserved;
+  std::vector<std::string> reserved = {kKeepPosition};
   if (kind == "map") reserved.push_back("ops");
+  bool keep = false;
+  if (auto s = ReadKeepPosition(ctx, args, step_path, &keep); !s.ok()) return s;
+  step.set_keep_position(keep);
   if (auto s = ReadArgs(ctx, args, step_path, t->args, *step.mutable_args(), reserved); !s.ok()) return s;
   if (kind == "map") {
     YAML::Node ops = args ? args["ops"] : YAML::Node();
@@ -369,6 +407,11 @@ absl::Status ValidateOp(OpDef& op, absl::string_view fallback_path) {
   std::string where = Where(op.location(), fallback_path);
   const OpDescriptor* d = OpRegistry::Builtin().Find(op.op());
   if (d == nullptr) return OpRegistry::Builtin().UnknownOpError(op.op(), where);
+  if (op.has_seed_slot() && (op.seed_slot().stage() < 1 || op.seed_slot().index() < 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ".seed_slot: [", op.seed_slot().stage(), ", ",
+                                                   op.seed_slot().index(),
+                                                   "] is not a slot: the stage must be >= 1 and the index >= 0"));
+  }
   return ValidateArgs(d->args, *op.mutable_args(), where);
 }
 
@@ -535,8 +578,17 @@ void EmitValue(YAML::Emitter& out, const Value& v) {
   }
 }
 
-void EmitArgs(YAML::Emitter& out, const ValueMap& args) {
+void EmitOrderKeys(YAML::Emitter& out, bool keep_position, const SeedSlot* slot) {
+  if (keep_position) out << YAML::Key << kKeepPosition << YAML::Value << true;
+  if (slot != nullptr) {
+    out << YAML::Key << kSeedSlot << YAML::Value << YAML::Flow << YAML::BeginSeq << slot->stage() << slot->index()
+        << YAML::EndSeq;
+  }
+}
+
+void EmitArgs(YAML::Emitter& out, const ValueMap& args, bool keep_position = false, const SeedSlot* slot = nullptr) {
   out << YAML::BeginMap;
+  EmitOrderKeys(out, keep_position, slot);
   for (const auto& e : args.entries()) {
     out << YAML::Key << e.name() << YAML::Value;
     if (e.value().int_value() == kAuto && e.value().has_int_value() &&
@@ -577,6 +629,7 @@ std::string ToYaml(const PipelineDef& def) {
     out << YAML::BeginMap << YAML::Key << step.kind() << YAML::Value;
     if (step.kind() == "map") {
       out << YAML::BeginMap;
+      EmitOrderKeys(out, step.keep_position(), nullptr);
       for (const auto& e : step.args().entries()) {
         out << YAML::Key << e.name() << YAML::Value;
         if (e.name() == "parallelism" && e.value().int_value() == kAuto) out << "auto"; else EmitValue(out, e.value());
@@ -584,12 +637,12 @@ std::string ToYaml(const PipelineDef& def) {
       out << YAML::Key << "ops" << YAML::Value << YAML::BeginSeq;
       for (const auto& op : step.ops()) {
         out << YAML::BeginMap << YAML::Key << op.op() << YAML::Value;
-        EmitArgs(out, op.args());
+        EmitArgs(out, op.args(), op.keep_position(), op.has_seed_slot() ? &op.seed_slot() : nullptr);
         out << YAML::EndMap;
       }
       out << YAML::EndSeq << YAML::EndMap;
     } else {
-      EmitArgs(out, step.args());
+      EmitArgs(out, step.args(), step.keep_position());
     }
     out << YAML::EndMap;
   }

@@ -113,9 +113,10 @@ class SourceStage : public Stage {
 
 // ---------------------------------------------------------------- filter
 
-class FilterStage : public Stage {
+// The test of a filter step: the field's size and value against the given bounds.
+class FieldPredicate : public ElementPredicate {
  public:
-  FilterStage(std::unique_ptr<Stage> input, const Args& args, StageStats* stats) : Stage(std::move(input), stats) {
+  explicit FieldPredicate(const Args& args) {
     field_ = args.String("field");
     for (const char* k : {"lt", "le", "gt", "ge", "eq", "ne"}) {
       if (args.Has(k)) comparisons_.emplace_back(k, args.Float(k));
@@ -123,9 +124,9 @@ class FilterStage : public Stage {
     if (args.Has("min_size")) min_size_ = args.Int("min_size");
     if (args.Has("max_size")) max_size_ = args.Int("max_size");
   }
-  std::string Describe() const override { return absl::StrCat("filter(", field_, ")"); }
+  const std::string& field() const { return field_; }
 
-  absl::StatusOr<bool> Keep(const Element& e) const {
+  absl::StatusOr<bool> Keep(const Element& e) const override {
     const Tensor* t = e.Find(field_);
     if (t == nullptr) {
       return absl::InvalidArgumentError(
@@ -149,13 +150,24 @@ class FilterStage : public Stage {
     return true;
   }
 
- protected:
-  absl::StatusOr<std::unique_ptr<StageIterator>> MakeRawIterator(ExecContext& ctx) const override;
-
  private:
   std::string field_;
   std::vector<std::pair<std::string, double>> comparisons_;
   std::optional<int64_t> min_size_, max_size_;
+};
+
+class FilterStage : public Stage {
+ public:
+  FilterStage(std::unique_ptr<Stage> input, const Args& args, StageStats* stats)
+      : Stage(std::move(input), stats), predicate_(args) {}
+  std::string Describe() const override { return absl::StrCat("filter(", predicate_.field(), ")"); }
+  absl::StatusOr<bool> Keep(const Element& e) const { return predicate_.Keep(e); }
+
+ protected:
+  absl::StatusOr<std::unique_ptr<StageIterator>> MakeRawIterator(ExecContext& ctx) const override;
+
+ private:
+  FieldPredicate predicate_;
 };
 
 class FilterIterator : public StageIterator {
@@ -792,6 +804,8 @@ std::unique_ptr<Stage> MakeSourceStage(std::shared_ptr<const Source> source, Sou
                                        std::string description) {
   return std::make_unique<SourceStage>(std::move(source), sctx, stats, std::move(description));
 }
+std::unique_ptr<ElementPredicate> MakeFilterPredicate(const Args& args) { return std::make_unique<FieldPredicate>(args); }
+
 std::unique_ptr<Stage> MakeFilterStage(std::unique_ptr<Stage> input, const Args& args, StageStats* stats) {
   return std::make_unique<FilterStage>(std::move(input), args, stats);
 }

@@ -90,13 +90,27 @@ absl::Status CheckElementSize(const Element& e, int64_t max_bytes, const StageSt
 // Stacks elements into one batch (all fields must agree in dtype; shapes must agree unless `pad`).
 absl::StatusOr<Element> StackElements(std::vector<Element>& elements, bool pad, double padding_value);
 
+// Where one compiled op of a map draws its per-element seeds from: a map stage index and an op
+// index (see SeedSlot in pipeline.proto). The seed of an op for an element is
+// OpSeed(pipeline_seed, slot, element key).
+struct OpSeedSlot {
+  int stage = 0;
+  int index = 0;
+};
+uint64_t OpSeed(uint64_t pipeline_seed, OpSeedSlot slot, uint64_t element_key);
+
+// The predicate of a `filter` step with validated arguments `args` (the stage's own test).
+std::unique_ptr<ElementPredicate> MakeFilterPredicate(const Args& args);
+
 // Stage constructors.
 std::unique_ptr<Stage> MakeSourceStage(std::shared_ptr<const Source> source, SourceContext sctx, StageStats* stats,
                                        std::string description);
 std::unique_ptr<Stage> MakeInterleaveStage(std::shared_ptr<const Source> source, SourceContext sctx,
                                            const Args& args, StageStats* stats, std::string description);
+// `seed_slots[j]` is where ops[j] draws its seeds from.
 std::unique_ptr<Stage> MakeMapStage(std::unique_ptr<Stage> input, std::vector<std::unique_ptr<ElementOp>> ops,
-                                    std::string ops_description, const Args& args, int stage_index, StageStats* stats);
+                                    std::vector<OpSeedSlot> seed_slots, std::string ops_description, const Args& args,
+                                    StageStats* stats);
 std::unique_ptr<Stage> MakeFilterStage(std::unique_ptr<Stage> input, const Args& args, StageStats* stats);
 std::unique_ptr<Stage> MakeShuffleStage(std::unique_ptr<Stage> input, const Args& args, uint64_t pipeline_seed,
                                         StageStats* stats);

@@ -15,10 +15,10 @@ namespace {
 constexpr absl::Duration kCancelPoll = absl::Milliseconds(50);
 
 // Applies a map's ops to one element, with per-op seeds derived from the element's key.
-absl::Status ApplyOps(const std::vector<std::unique_ptr<ElementOp>>& ops, uint64_t stage_seed, Element& e) {
+absl::Status ApplyOps(const std::vector<std::unique_ptr<ElementOp>>& ops, const std::vector<OpSeedSlot>& slots,
+                      uint64_t pipeline_seed, Element& e) {
   for (size_t j = 0; j < ops.size(); ++j) {
-    uint64_t seed = MixKey(MixKey(stage_seed, j), e.key());
-    if (auto s = ops[j]->Apply(e, seed); !s.ok()) return s;
+    if (auto s = ops[j]->Apply(e, OpSeed(pipeline_seed, slots[j], e.key())); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -79,11 +79,11 @@ class ParallelMapIterator : public StageIterator {
 
 class MapStage : public Stage {
  public:
-  MapStage(std::unique_ptr<Stage> input, std::vector<std::unique_ptr<ElementOp>> ops, std::string ops_description,
-           const Args& args, int stage_index, StageStats* stats)
-      : Stage(std::move(input), stats), ops_(std::move(ops)), ops_description_(std::move(ops_description)),
-        parallelism_(args.Int("parallelism", kAuto)), deterministic_(args.Bool("deterministic", true)),
-        skip_errors_(args.String("on_error", "fail") == "skip"), stage_index_(stage_index) {}
+  MapStage(std::unique_ptr<Stage> input, std::vector<std::unique_ptr<ElementOp>> ops, std::vector<OpSeedSlot> seed_slots,
+           std::string ops_description, const Args& args, StageStats* stats)
+      : Stage(std::move(input), stats), ops_(std::move(ops)), seed_slots_(std::move(seed_slots)),
+        ops_description_(std::move(ops_description)), parallelism_(args.Int("parallelism", kAuto)),
+        deterministic_(args.Bool("deterministic", true)), skip_errors_(args.String("on_error", "fail") == "skip") {}
 
   std::string Describe() const override {
     return absl::StrCat("map[", ops_description_, "] parallelism=",
@@ -94,7 +94,7 @@ class MapStage : public Stage {
   // Applies the ops; returns true when the element was kept, false when skipped.
   absl::StatusOr<bool> Process(Element& e, uint64_t pipeline_seed, int64_t max_bytes) const {
     ScopedCpuTimer timer(stats());
-    absl::Status s = ApplyOps(ops_, MixKey(pipeline_seed, static_cast<uint64_t>(stage_index_) + 1000), e);
+    absl::Status s = ApplyOps(ops_, seed_slots_, pipeline_seed, e);
     if (s.ok()) s = CheckElementSize(e, max_bytes, stats());
     if (!s.ok()) {
       bool op_skips = s.code() == absl::StatusCode::kDataLoss;  // see ElementOp::Apply
@@ -133,11 +133,11 @@ class MapStage : public Stage {
 
  private:
   std::vector<std::unique_ptr<ElementOp>> ops_;
+  std::vector<OpSeedSlot> seed_slots_;  // parallel to ops_
   std::string ops_description_;
   int64_t parallelism_;
   bool deterministic_;
   bool skip_errors_;
-  int stage_index_;
 };
 
 NextResult SequentialMapIterator::Next() {
@@ -581,9 +581,16 @@ class PrefetchStage : public Stage {
 
 }  // namespace
 
+uint64_t OpSeed(uint64_t pipeline_seed, OpSeedSlot slot, uint64_t element_key) {
+  const uint64_t stage_seed = MixKey(pipeline_seed, static_cast<uint64_t>(slot.stage) + 1000);
+  return MixKey(MixKey(stage_seed, static_cast<uint64_t>(slot.index)), element_key);
+}
+
 std::unique_ptr<Stage> MakeMapStage(std::unique_ptr<Stage> input, std::vector<std::unique_ptr<ElementOp>> ops,
-                                    std::string ops_description, const Args& args, int stage_index, StageStats* stats) {
-  return std::make_unique<MapStage>(std::move(input), std::move(ops), std::move(ops_description), args, stage_index, stats);
+                                    std::vector<OpSeedSlot> seed_slots, std::string ops_description, const Args& args,
+                                    StageStats* stats) {
+  return std::make_unique<MapStage>(std::move(input), std::move(ops), std::move(seed_slots), std::move(ops_description),
+                                    args, stats);
 }
 std::unique_ptr<Stage> MakeInterleaveStage(std::shared_ptr<const Source> source, SourceContext sctx, const Args& args,
                                            StageStats* stats, std::string description) {

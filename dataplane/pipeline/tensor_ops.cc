@@ -1,5 +1,6 @@
 // Element ops on tensors and fields: cast, one_hot, reshape, rename, select, drop, pad, truncate.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <tuple>
 
@@ -230,10 +231,54 @@ absl::StatusOr<DType> NumericDType(const std::string& name, absl::string_view ar
   return *d;
 }
 
+OpDescriptor WithOrder(OpDescriptor d, std::shared_ptr<const OrderDeclaration> order) {
+  d.order = std::move(order);
+  return d;
+}
+
+// Swapping cast with a resampling op (resize, random_resized_crop): nearest copies pixels, so the
+// swap is exact; bilinear and area interpolate, so resampling uint8 then casting rounds where
+// casting to float32 then resampling does not: within one input level, times the cast's scale.
+std::optional<Commutation> CastWithResample(const Args& cast, const Args& resample) {
+  if (ArgString(cast, "dtype", "") != "float32") return std::nullopt;  // resampling takes uint8 or float32
+  if (ArgString(resample, "method", "bilinear") == "nearest") return Commutation{true, 0};
+  return Commutation{false, 1.05 * std::abs(ArgFloat(cast, "scale", 1.0)) + 1e-6};
+}
+
+std::shared_ptr<const OrderDeclaration> CastOrder() {
+  auto d = OneFieldDeclaration("field", "", ShapeEffect::kSame, DTypeEffect::FromArg("dtype", "float32"),
+                               SizeEffect::kDepends, CostDriver::kInput);
+  // The padding value must come out the same whether it is cast or not: 0, cast with scale >= 0
+  // (0 * negative scale is -0.0, not the +0.0 of fresh padding).
+  auto value_zero = [](const Args& cast, const Args& pad) -> std::optional<Commutation> {
+    if (ArgFloat(pad, "value", 0) == 0 && ArgFloat(cast, "scale", 1.0) >= 0) return Commutation{true, 0};
+    return std::nullopt;
+  };
+  auto scale_not_negative = [](const Args& cast, const Args&) -> std::optional<Commutation> {
+    if (ArgFloat(cast, "scale", 1.0) >= 0) return Commutation{true, 0};
+    return std::nullopt;  // 0 * negative scale is -0.0, not the +0.0 of the padding
+  };
+  const std::string resample_note =
+      "casting to float32; nearest: exact; bilinear/area: within 1.05 x abs(scale), as uint8 resampling rounds";
+  d->commutes = {
+      {"random_flip", true, 0, "", nullptr},
+      {"random_crop", true, 0, "", nullptr},
+      {"center_crop", true, 0, "scale >= 0, so its zero padding casts to +0", scale_not_negative},
+      {"reshape", true, 0, "", nullptr},
+      {"truncate", true, 0, "", nullptr},
+      {"pad", true, 0, "padding value 0, scale >= 0", value_zero},
+      {"pad_or_truncate", true, 0, "padding value 0, scale >= 0", value_zero},
+      {"resize", false, 0, resample_note, CastWithResample},
+      {"random_resized_crop", false, 0, resample_note, CastWithResample},
+  };
+  d->note = "value-wise: commutes with ops that move or select values";
+  return d;
+}
+
 }  // namespace
 
 void RegisterTensorOps(OpRegistry& r) {
-  (void)r.Register(OpDescriptor{
+  (void)r.Register(WithOrder(OpDescriptor{
       "cast", "Converts a numeric field to another dtype, optionally multiplying by scale.",
       {Required("field", ArgType::kString, "field to convert"), Required("dtype", ArgType::kString, "target dtype"),
        WithDefault("scale", 1.0, "multiply values by this (e.g. 1/255)")},
@@ -241,8 +286,8 @@ void RegisterTensorOps(OpRegistry& r) {
         auto d = NumericDType(a.String("dtype"), "dtype");
         if (!d.ok()) return d.status();
         return std::unique_ptr<ElementOp>(new CastOp(a.String("field"), *d, a.Float("scale", 1.0)));
-      }});
-  (void)r.Register(OpDescriptor{
+      }}, CastOrder()));
+  (void)r.Register(WithOrder(OpDescriptor{
       "one_hot", "Replaces integer class ids by one-hot vectors of length depth.",
       {Required("field", ArgType::kString, "integer field"),
        Bounded(Required("depth", ArgType::kInt, "number of classes"), 1, std::nullopt),
@@ -251,8 +296,9 @@ void RegisterTensorOps(OpRegistry& r) {
         auto d = NumericDType(a.String("dtype"), "dtype");
         if (!d.ok()) return d.status();
         return std::unique_ptr<ElementOp>(new OneHotOp(a.String("field"), a.Int("depth"), *d));
-      }});
-  (void)r.Register(OpDescriptor{
+      }}, OneFieldDeclaration("field", "", ShapeEffect::kScaled, DTypeEffect::FromArg("dtype", "float32"),
+                              SizeEffect::kLarger, CostDriver::kOutput)));
+  (void)r.Register(WithOrder(OpDescriptor{
       "reshape", "Gives a field a new shape with the same number of values (one dimension may be -1).",
       {Required("field", ArgType::kString, "field"), Required("shape", ArgType::kIntList, "new shape")},
       [](const Args& a) -> absl::StatusOr<std::unique_ptr<ElementOp>> {
@@ -262,36 +308,57 @@ void RegisterTensorOps(OpRegistry& r) {
           if (d < -1) return absl::InvalidArgumentError("shape: dimensions must be >= 0 (or one -1)");
         }
         return std::unique_ptr<ElementOp>(new ReshapeOp(a.String("field"), shape));
-      }});
-  (void)r.Register(OpDescriptor{
+      }}, OneFieldDeclaration("field", "", ShapeEffect::kSame, DTypeEffect::Same(), SizeEffect::kSame,
+                              CostDriver::kConstant)));
+  (void)r.Register(WithOrder(OpDescriptor{
       "rename", "Renames fields: {old: new, ...}.",
       {Required("fields", ArgType::kStringMap, "old name -> new name")},
       [](const Args& a) -> absl::StatusOr<std::unique_ptr<ElementOp>> {
         return std::unique_ptr<ElementOp>(new RenameOp(a.StringMap("fields")));
-      }});
-  (void)r.Register(OpDescriptor{
+      }}, [] {
+        auto d = std::make_shared<OrderDeclaration>();
+        d->reads = {FieldRef::ArgMapKeys("fields")};
+        d->writes = {FieldRef::ArgMapKeys("fields"), FieldRef::ArgMapValues("fields")};
+        d->cost = CostDriver::kConstant;
+        return d;
+      }()));
+  (void)r.Register(WithOrder(OpDescriptor{
       "select", "Keeps only the listed fields, in that order.",
       {Required("fields", ArgType::kStringList, "fields to keep")},
       [](const Args& a) -> absl::StatusOr<std::unique_ptr<ElementOp>> {
         return std::unique_ptr<ElementOp>(new SelectOp(a.StringList("fields"), false));
-      }});
-  (void)r.Register(OpDescriptor{
+      }}, [] {
+        auto d = std::make_shared<OrderDeclaration>();
+        d->reads = {FieldRef::ArgList("fields")};
+        d->writes = {FieldRef::All()};  // removes every other field
+        d->size = SizeEffect::kSmaller;
+        d->cost = CostDriver::kConstant;
+        return d;
+      }()));
+  (void)r.Register(WithOrder(OpDescriptor{
       "drop", "Removes the listed fields.",
       {Required("fields", ArgType::kStringList, "fields to remove")},
       [](const Args& a) -> absl::StatusOr<std::unique_ptr<ElementOp>> {
         return std::unique_ptr<ElementOp>(new SelectOp(a.StringList("fields"), true));
-      }});
+      }}, [] {
+        auto d = std::make_shared<OrderDeclaration>();
+        d->writes = {FieldRef::ArgList("fields")};
+        d->size = SizeEffect::kSmaller;
+        d->cost = CostDriver::kConstant;
+        return d;
+      }()));
   for (const auto& [name, pad, truncate] : {std::tuple{"pad", true, false}, std::tuple{"truncate", false, true},
                                             std::tuple{"pad_or_truncate", true, true}}) {
     bool p = pad, t = truncate;
-    (void)r.Register(OpDescriptor{
+    const SizeEffect size = p && t ? SizeEffect::kDepends : p ? SizeEffect::kLarger : SizeEffect::kSmaller;
+    (void)r.Register(WithOrder(OpDescriptor{
         name, "Pads and/or truncates a field's first dimension (or a string's bytes) to length.",
         {Required("field", ArgType::kString, "field"),
          Bounded(Required("length", ArgType::kInt, "target length"), 0, std::nullopt),
          WithDefault("value", 0.0, "padding value")},
         [p, t](const Args& a) -> absl::StatusOr<std::unique_ptr<ElementOp>> {
           return std::unique_ptr<ElementOp>(new LengthOp(a.String("field"), a.Int("length"), a.Float("value"), p, t));
-        }});
+        }}, OneFieldDeclaration("field", "", ShapeEffect::kFixed, DTypeEffect::Same(), size, CostDriver::kOutput)));
   }
 }
 

@@ -67,7 +67,14 @@ class TokenizeOp : public ElementOp {
 }  // namespace
 
 void RegisterTextOps(OpRegistry& r) {
-  (void)r.Register(OpDescriptor{
+  auto order = std::make_shared<OrderDeclaration>();
+  order->reads = {FieldRef::Arg("field")};
+  order->writes = {FieldRef::ArgOr("output", "field")};
+  order->shape = ShapeEffect::kData;
+  order->dtype = DTypeEffect::Fixed(DType::kInt64);
+  order->size = SizeEffect::kDepends;
+  order->cost = CostDriver::kInput;
+  OpDescriptor d{
       "tokenize", "Turns a string into int64 token ids: bytes (0-255 + offset) or whitespace-split words.",
       {Required("field", ArgType::kString, "scalar string field"),
        Optional("output", ArgType::kString, "output field (default: replace the input field)"),
@@ -91,7 +98,9 @@ void RegisterTextOps(OpRegistry& r) {
         return std::unique_ptr<ElementOp>(new TokenizeOp(field, a.String("output", field), a.String("mode") == "bytes",
                                                          a.Bool("lowercase", true), a.Int("vocab_size"), std::move(vocab),
                                                          a.Int("unk_id"), a.Int("offset")));
-      }});
+      }};
+  d.order = std::move(order);
+  (void)r.Register(std::move(d));
 }
 
 }  // namespace sluice::pipeline

@@ -20,6 +20,9 @@
 #ifdef SLUICE_HAVE_AUTOSCALE_BENCH
 #include "bench/autoscale/autoscale_bench.h"
 #endif
+#ifdef SLUICE_HAVE_AUTOORDER_BENCH
+#include "bench/autoorder/autoorder_bench.h"
+#endif
 
 int main(int argc, char** argv) {
   // The benchmarks and `sluice up` read the data service in this process.
@@ -37,9 +40,14 @@ int main(int argc, char** argv) {
   check->add_option("file", file, "pipeline spec (YAML or JSON)")->required();
   check->callback([&] { rc = sluice::cli::PipelineCheck(file, std::cout, std::cerr); });
 
-  auto* explain = pipeline->add_subcommand("explain", "Print the stages after optimisation (fusions, parallelism)");
+  sluice::cli::AutoOrderFlags explain_order;
+  auto* explain = pipeline->add_subcommand("explain", "Print the stages after optimisation (fusions, parallelism, AutoOrder)");
   explain->add_option("file", file, "pipeline spec")->required();
-  explain->callback([&] { rc = sluice::cli::PipelineExplain(file, std::cout, std::cerr); });
+  explain->add_option("--auto-order", explain_order.mode,
+                      "reorder ops first: strict (exact swaps, output verified identical) or relaxed (approximate "
+                      "swaps too); prints the orders, measured costs and speed-up (reads a sample of the input)");
+  explain->add_option("--auto-order-sample", explain_order.sample, "elements sampled at each reorderable part");
+  explain->callback([&] { rc = sluice::cli::PipelineExplain(file, explain_order, std::cout, std::cerr); });
 
   sluice::cli::RunOptions run_options;
   bool no_autotune = false, quiet = false;
@@ -50,16 +58,23 @@ int main(int argc, char** argv) {
   run->add_flag("--no-autotune", no_autotune, "keep parallelism and prefetch depths as given");
   run->add_flag("--quiet", quiet, "no progress line");
   run->add_flag("--json", run_options.json, "print the summary as one JSON object");
+  run->add_option("--auto-order", run_options.auto_order.mode,
+                  "reorder ops first (off, strict or relaxed); the AutoOrder report goes to stderr");
+  run->add_option("--auto-order-sample", run_options.auto_order.sample, "elements sampled at each reorderable part");
   run->callback([&] {
     run_options.autotune = !no_autotune;
     run_options.progress = !quiet;
     rc = sluice::cli::PipelineRun(file, run_options, std::cout, std::cerr);
   });
 
-  bool markdown = false;
+  bool markdown = false, order_properties = false;
   auto* ops = pipeline->add_subcommand("ops", "List sources, steps and ops with their arguments");
   ops->add_flag("--markdown", markdown, "print as Markdown (docs/pipeline-reference.md)");
-  ops->callback([&] { rc = sluice::cli::PipelineOps(markdown, std::cout); });
+  ops->add_flag("--order-properties", order_properties,
+                "print what AutoOrder may rely on about each op, as Markdown (docs/autoorder-properties.md)");
+  ops->callback([&] {
+    rc = order_properties ? sluice::cli::PipelineOrderProperties(std::cout) : sluice::cli::PipelineOps(markdown, std::cout);
+  });
 
   // sluice bench ...
   auto* bench = app.add_subcommand("bench", "Benchmarks (print progress, then one JSON line)");
@@ -69,6 +84,13 @@ int main(int argc, char** argv) {
   auto* bench_pipeline = bench->add_subcommand("pipeline", "ResNet-style JPEG pipeline: Sluice vs PyTorch DataLoader");
   sluice::bench::AddPipelineBenchFlags(bench_pipeline, pb);
   bench_pipeline->callback([&] { rc = sluice::bench::RunPipelineBenchmark(pb); });
+#endif
+#ifdef SLUICE_HAVE_AUTOORDER_BENCH
+  sluice::bench::AutoOrderBenchOptions autoorder_bench;
+  auto* bench_autoorder = bench->add_subcommand(
+      "autoorder", "Three pipelines in natural order, as written vs as AutoOrder rewrites them (per CPU-second)");
+  sluice::bench::AddAutoOrderBenchFlags(bench_autoorder, autoorder_bench);
+  bench_autoorder->callback([&] { rc = sluice::bench::RunAutoOrderBenchmark(autoorder_bench); });
 #endif
 #ifdef HAVE_SLUICE_BENCH_DATASERVICE
   sluice::bench::AddDataServiceBenchmarks(bench, rc);

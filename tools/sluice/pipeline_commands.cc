@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "dataplane/pipeline/autoorder/auto_order.h"
 #include "dataplane/pipeline/op.h"
 #include "dataplane/pipeline/pipeline.h"
 #include "dataplane/pipeline/source.h"
@@ -41,10 +42,34 @@ int PipelineCheck(const std::string& file, std::ostream& out, std::ostream& err)
   return 0;
 }
 
-int PipelineExplain(const std::string& file, std::ostream& out, std::ostream& err) {
+namespace {
+
+// Applies AutoOrder to `def` when asked; the report goes to `report` (nothing when off).
+absl::Status ApplyAutoOrder(const AutoOrderFlags& flags, pipeline::PipelineDef& def, std::ostream& report) {
+  auto mode = pipeline::ParseAutoOrderMode(flags.mode);
+  if (!mode.ok()) return absl::InvalidArgumentError(absl::StrCat("--auto-order: ", mode.status().message()));
+  if (*mode == pipeline::AutoOrderMode::kOff) return absl::OkStatus();
+  if (flags.sample < 1) return absl::InvalidArgumentError("--auto-order-sample: must be at least 1");
+  pipeline::AutoOrderOptions options;
+  options.mode = *mode;
+  options.sample_elements = flags.sample;
+  auto result = pipeline::PlanAutoOrder(def, options);
+  if (!result.ok()) return result.status();
+  report << pipeline::FormatAutoOrderReport(result->report);
+  def = std::move(result->def);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int PipelineExplain(const std::string& file, const AutoOrderFlags& auto_order, std::ostream& out, std::ostream& err) {
   auto def = pipeline::ParsePipelineSpecFile(file);
   if (!def.ok()) {
     err << "error: " << def.status().message() << "\n";
+    return 1;
+  }
+  if (absl::Status s = ApplyAutoOrder(auto_order, *def, out); !s.ok()) {
+    err << "error: " << file << ": " << s.message() << "\n";
     return 1;
   }
   auto p = pipeline::Pipeline::Create(*def);
@@ -70,6 +95,10 @@ int PipelineRun(const std::string& file, const RunOptions& options, std::ostream
   auto def = pipeline::ParsePipelineSpecFile(file);
   if (!def.ok()) {
     err << "error: " << def.status().message() << "\n";
+    return 1;
+  }
+  if (absl::Status s = ApplyAutoOrder(options.auto_order, *def, err); !s.ok()) {
+    err << "error: " << file << ": " << s.message() << "\n";
     return 1;
   }
   pipeline::RuntimeOptions runtime;
@@ -200,6 +229,65 @@ int PipelineOps(bool markdown, std::ostream& out) {
     out << (markdown ? "### `" + name + "`\n\n" + summary + "\n\n" : "  " + name + ": " + summary + "\n");
     PrintArgs(d->args, markdown, out);
   }
+  return 0;
+}
+
+namespace {
+
+std::string FieldsText(const std::vector<pipeline::FieldRef>& refs) {
+  if (refs.empty()) return "-";
+  std::vector<std::string> parts;
+  for (const auto& r : refs) parts.push_back(r.ToString());
+  return absl::StrJoin(parts, ", ");
+}
+
+std::string RuleText(const std::string& other, const pipeline::CommuteRule& c) {
+  std::string entry = absl::StrCat("`", other, "` ", c.exact ? "exact" : "approx.");
+  if (!c.condition.empty()) absl::StrAppend(&entry, " (", c.condition, ")");
+  return entry;
+}
+
+// The rules `name` declares, and those other ops declare about it.
+std::vector<std::string> CommuteTexts(const std::string& name, const pipeline::OrderDeclaration& d) {
+  std::vector<std::string> out;
+  for (const auto& c : d.commutes) out.push_back(RuleText(c.other, c));
+  auto& ops = pipeline::OpRegistry::Builtin();
+  for (const auto& other : ops.Names()) {
+    const auto* od = ops.Find(other);
+    if (od->order == nullptr || other == name) continue;
+    for (const auto& c : od->order->commutes) {
+      if (c.other == name) out.push_back(RuleText(other, c));
+    }
+  }
+  return out;
+}
+
+void PrintDeclaration(const std::string& name, bool random, const pipeline::OrderDeclaration* d, std::ostream& out) {
+  if (d == nullptr) {
+    out << "| `" << name << "` | barrier (no declaration) | | | | | | | |\n";
+    return;
+  }
+  std::vector<std::string> commutes = CommuteTexts(name, *d);
+  out << "| `" << name << "` | " << FieldsText(d->reads) << " | " << FieldsText(d->writes) << " | "
+      << pipeline::ShapeEffectName(d->shape) << " | " << d->dtype.ToString() << " | " << pipeline::SizeEffectName(d->size)
+      << " | " << pipeline::CostDriverName(d->cost) << " | "
+      << (d->may_drop ? "may drop elements" : random ? "random (seeded per element)" : "") << " | "
+      << (commutes.empty() ? "-" : absl::StrJoin(commutes, "; ")) << " |\n";
+}
+
+}  // namespace
+
+int PipelineOrderProperties(std::ostream& out) {
+  out << "| op | reads | writes | shape | dtype | size | cost grows with | | commutes on the same field with |\n"
+      << "|---|---|---|---|---|---|---|---|---|\n";
+  PrintDeclaration("filter", false, pipeline::FilterOrderDeclaration().get(), out);
+  auto& ops = pipeline::OpRegistry::Builtin();
+  for (const auto& name : ops.Names()) {
+    const auto* d = ops.Find(name);
+    PrintDeclaration(name, d->random, d->order.get(), out);
+  }
+  out << "\nOps touching different fields always commute exactly. Every other step (batch, unbatch, shuffle, "
+         "take, skip, shard, repeat, cache, prefetch, interleave, bucket_by_length) is a barrier.\n";
   return 0;
 }
 

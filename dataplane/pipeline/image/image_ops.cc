@@ -1,5 +1,7 @@
 // Registers the image ops (decode_jpeg, decode_png, decode_image, resize, center_crop, random_crop,
 // random_resized_crop, random_flip, normalize) and their fusions. See docs/pipeline-image.md.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -73,6 +75,77 @@ bool IsCropResizeOp(absl::string_view name, CropResizeKind* kind) {
   return true;
 }
 
+// --- AutoOrder declarations (op_properties.h, docs/autoorder.md) --------------------------------
+
+// Whether a normalize keeps the HWC layout (chw transposes, so spatial ops after it would read the
+// tensor wrongly and nothing spatial commutes with it).
+bool KeepsLayout(const Args& normalize) { return ArgString(normalize, "layout", "chw") == "hwc"; }
+
+// The largest |scale / std| over the channels: how much normalize magnifies one input level.
+double NormalizeGain(const Args& normalize) {
+  double gain = 0;
+  const double scale = ArgFloat(normalize, "scale", 1.0 / 255.0);
+  for (double s : ArgFloats(normalize, "std", {1.0})) gain = std::max(gain, std::abs(scale / s));
+  return gain;
+}
+
+std::optional<Commutation> NormalizeWithMove(const Args& normalize, const Args&) {
+  if (!KeepsLayout(normalize)) return std::nullopt;
+  return Commutation{true, 0};
+}
+
+// center_crop pads with zeros: swapping is exact only when normalize maps 0 to +0.
+std::optional<Commutation> NormalizeWithCenterCrop(const Args& normalize, const Args&) {
+  if (!KeepsLayout(normalize) || ArgFloat(normalize, "scale", 1.0 / 255.0) < 0) return std::nullopt;
+  for (double m : ArgFloats(normalize, "mean", {0.0})) {
+    if (m != 0) return std::nullopt;
+  }
+  for (double s : ArgFloats(normalize, "std", {1.0})) {
+    if (!(s > 0)) return std::nullopt;
+  }
+  return Commutation{true, 0};
+}
+
+// Resampling uint8 rounds to a level; resampling normalized floats does not.
+std::optional<Commutation> NormalizeWithResample(const Args& normalize, const Args& resample) {
+  if (!KeepsLayout(normalize)) return std::nullopt;
+  if (ArgString(resample, "method", "bilinear") == "nearest") return Commutation{true, 0};
+  return Commutation{false, 1.05 * NormalizeGain(normalize) + 1e-5};
+}
+
+std::shared_ptr<const OrderDeclaration> NormalizeOrder() {
+  auto d = OneFieldDeclaration("field", "image", ShapeEffect::kSame, DTypeEffect::Fixed(DType::kFloat32),
+                               SizeEffect::kLarger, CostDriver::kInput);
+  const std::string resample = "layout hwc; nearest: exact; bilinear/area: within 1.05 x max abs(scale / std)";
+  d->commutes = {
+      {"random_flip", true, 0, "layout hwc", NormalizeWithMove},
+      {"random_crop", true, 0, "layout hwc", NormalizeWithMove},
+      {"center_crop", true, 0, "layout hwc, every mean 0, scale >= 0, std > 0: the padding stays 0", NormalizeWithCenterCrop},
+      {"resize", false, 0, resample, NormalizeWithResample},
+      {"random_resized_crop", false, 0, resample, NormalizeWithResample},
+  };
+  d->note = "per-channel affine: commutes with ops that move pixels (layout hwc only)";
+  return d;
+}
+
+std::shared_ptr<const OrderDeclaration> CropResizeOrder(CropResizeKind kind) {
+  switch (kind) {
+    case CropResizeKind::kResize:
+      return OneFieldDeclaration("field", "image", ShapeEffect::kFixed, DTypeEffect::Same(), SizeEffect::kDepends,
+                                 CostDriver::kInput);
+    case CropResizeKind::kCenterCrop:
+      return OneFieldDeclaration("field", "image", ShapeEffect::kFixed, DTypeEffect::Same(), SizeEffect::kDepends,
+                                 CostDriver::kOutput);
+    case CropResizeKind::kRandomCrop:
+      return OneFieldDeclaration("field", "image", ShapeEffect::kFixed, DTypeEffect::Same(), SizeEffect::kSmaller,
+                                 CostDriver::kOutput);
+    case CropResizeKind::kRandomResizedCrop:
+      return OneFieldDeclaration("field", "image", ShapeEffect::kFixed, DTypeEffect::Same(), SizeEffect::kDepends,
+                                 CostDriver::kInput);
+  }
+  return nullptr;
+}
+
 OpDescriptor DecodeDescriptor(std::string name, ImageFormat format, std::string summary) {
   OpDescriptor d;
   d.name = name;
@@ -83,6 +156,8 @@ OpDescriptor DecodeDescriptor(std::string name, ImageFormat format, std::string 
     if (!spec.ok()) return spec.status();
     return image::MakeDecodeOp(*std::move(spec));
   };
+  d.order = OneFieldDeclaration("field", "image", ShapeEffect::kData, DTypeEffect::Fixed(DType::kUInt8),
+                                SizeEffect::kLarger, CostDriver::kConstant);
   if (format != ImageFormat::kPng) {
     d.fuse_with_next = [name, format](const Args& args, absl::string_view next_op,
                                       const Args& next_args) -> absl::StatusOr<std::unique_ptr<ElementOp>> {
@@ -105,6 +180,7 @@ OpDescriptor CropResizeDescriptor(std::string name, CropResizeKind kind, std::st
   d.summary = std::move(summary);
   d.args = CropResizeArgs(kind);
   d.random = random;
+  d.order = CropResizeOrder(kind);
   d.factory = [name, kind](const Args& args) -> absl::StatusOr<std::unique_ptr<ElementOp>> {
     auto spec = image::CropResizeSpecFromArgs(kind, name, args);
     if (!spec.ok()) return spec.status();
@@ -150,6 +226,8 @@ void RegisterImageOps(OpRegistry& registry) {
   flip.args = {FieldArg(), Choice("mode", {"horizontal", "vertical"}, "horizontal", "flip direction"),
                Bounded(WithDefault("probability", 0.5, "probability of flipping"), 0.0, 1.0)};
   flip.random = true;
+  flip.order = OneFieldDeclaration("field", "image", ShapeEffect::kSame, DTypeEffect::Same(), SizeEffect::kSame,
+                                   CostDriver::kInput);
   flip.factory = [](const Args& args) -> absl::StatusOr<std::unique_ptr<ElementOp>> {
     auto spec = image::FlipSpecFromArgs(args);
     if (!spec.ok()) return spec.status();
@@ -176,6 +254,7 @@ void RegisterImageOps(OpRegistry& registry) {
                     WithDefaultFloatList("std", {1.0}, "per-channel standard deviation, or one value for all"),
                     WithDefault("scale", 1.0 / 255.0, "multiplier applied to the pixel values first"),
                     Choice("layout", {"chw", "hwc"}, "chw", "output layout")};
+  normalize.order = NormalizeOrder();
   normalize.factory = [](const Args& args) -> absl::StatusOr<std::unique_ptr<ElementOp>> {
     auto spec = image::NormalizeSpecFromArgs(args);
     if (!spec.ok()) return spec.status();

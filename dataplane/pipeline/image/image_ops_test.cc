@@ -132,6 +132,37 @@ TEST_CASE("decode_png and decode_image") {
   CHECK(Contains(gs, "neither JPEG nor PNG"));
 }
 
+TEST_CASE("resize and random_resized_crop on float32 images match the uint8 path within rounding") {
+  const Tensor u8 = ToTensor(SmoothImage(57, 83, 3));
+  Tensor f32 = Tensor::Allocate(DType::kFloat32, u8.shape());
+  for (int64_t i = 0; i < u8.num_elements(); ++i) f32.mutable_data<float>()[i] = static_cast<float>(u8.data<uint8_t>()[i]);
+  for (const auto& [name, args] : std::vector<std::pair<std::string, ArgList>>{
+           {"resize", {{"size", Ints({20, 30})}}},
+           {"resize", {{"size", Ints({100, 120})}, {"method", Str("area")}}},
+           {"random_resized_crop", {{"size", Ints({24, 24})}}},
+           {"random_resized_crop", {{"size", Ints({24, 24})}, {"antialias", Bool(false)}}}}) {
+    auto op = MakeOp(name, args);
+    for (uint64_t seed : {1u, 2u, 3u}) {
+      Element a;
+      a.Set("image", u8);
+      Element b;
+      b.Set("image", f32);
+      REQUIRE(op.op->Apply(a, seed).ok());
+      REQUIRE(op.op->Apply(b, seed).ok());
+      const Tensor& ta = *a.Find("image");
+      const Tensor& tb = *b.Find("image");
+      REQUIRE(tb.dtype() == DType::kFloat32);
+      REQUIRE(ta.shape() == tb.shape());
+      double max_diff = 0;
+      for (int64_t k = 0; k < ta.num_elements(); ++k) {
+        max_diff = std::max(max_diff, std::abs(static_cast<double>(ta.data<uint8_t>()[k]) - tb.data<float>()[k]));
+      }
+      INFO(name << " seed " << seed);
+      CHECK(max_diff <= 1.0);  // the uint8 path rounds to the nearest level; float does not round
+    }
+  }
+}
+
 TEST_CASE("resize: exact size, shorter side, dtype checks") {
   auto op = MakeOp("resize", {{"size", Ints({20, 30})}});
   Element e = ImageElement(FlatImage(40, 50, {10, 20, 30}));
@@ -143,12 +174,12 @@ TEST_CASE("resize: exact size, shorter side, dtype checks") {
   REQUIRE(shorter.op->Apply(s, 0).ok());
   CHECK(s.Find("image")->shape() == Shape{64, 128, 3});
 
-  Element f;
-  f.Set("image", Tensor::Allocate(DType::kFloat32, Shape{4, 4, 3}));
-  absl::Status fs = op.op->Apply(f, 0);
+  Element i16;
+  i16.Set("image", Tensor::Allocate(DType::kInt16, Shape{4, 4, 3}));
+  absl::Status fs = op.op->Apply(i16, 0);
   REQUIRE_FALSE(fs.ok());
   CHECK(Contains(fs, "resize: field 'image'"));
-  CHECK(Contains(fs, "float32"));
+  CHECK(Contains(fs, "uint8 or float32"));
 
   Element enc = EncodedElement(EncodeJpeg(SmoothImage(8, 8, 3)));
   absl::Status es = op.op->Apply(enc, 0);

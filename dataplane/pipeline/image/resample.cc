@@ -403,6 +403,49 @@ void ResamplePlan::Run(const ImageView& src, uint8_t* dst) const {
   }
 }
 
+SLUICE_MULTIVERSION
+void ResamplePlan::RunFloat(const float* src, int64_t stride, int channels, int64_t origin_y, int64_t origin_x,
+                            float* dst) const {
+  constexpr float kScale = 1.0f / static_cast<float>(1 << kBits);
+  const int64_t first_col = x_.first_input();
+  const int64_t n = (x_.end_input() - first_col) * channels;
+  thread_local std::vector<float> row;
+  if (static_cast<int64_t>(row.size()) < n) row.resize(n);
+  const int64_t out_w = x_.out_size();
+  for (int64_t oy = 0; oy < y_.out_size(); ++oy) {
+    const float* base = src + (y_.start(oy) - origin_y) * stride + (first_col - origin_x) * channels;
+    const int32_t* wy = y_.weights(oy);
+    float* __restrict r = row.data();
+    {
+      const float w = static_cast<float>(wy[0]) * kScale;
+      const float* __restrict s = base;
+      for (int64_t k = 0; k < n; ++k) r[k] = w * s[k];
+    }
+    for (int t = 1; t < y_.count(oy); ++t) {
+      const float w = static_cast<float>(wy[t]) * kScale;
+      const float* __restrict s = base + t * stride;
+      for (int64_t k = 0; k < n; ++k) r[k] += w * s[k];
+    }
+    float* out = dst + oy * out_w * channels;
+    for (int64_t ox = 0; ox < out_w; ++ox) {
+      const int32_t* wx = x_.weights(ox);
+      const float* p = r + (x_.start(ox) - first_col) * channels;
+      for (int c = 0; c < channels; ++c) {
+        // Starting from the first tap (not 0.0f) keeps a one-tap window an exact copy, -0.0 included.
+        float acc = static_cast<float>(wx[0]) * kScale * p[c];
+        for (int t = 1; t < x_.count(ox); ++t) acc += static_cast<float>(wx[t]) * kScale * p[t * channels + c];
+        out[ox * channels + c] = acc;
+      }
+    }
+  }
+}
+
+void ResampleImageFloat(const float* src, int64_t width, int channels, const ResampleGeometry& geometry,
+                        float* dst) {
+  ResamplePlan plan(geometry);
+  plan.RunFloat(src, width * channels, channels, 0, 0, dst);
+}
+
 void ForceScalarResampleForTesting(bool scalar) { force_scalar.store(scalar, std::memory_order_relaxed); }
 
 void ResampleImage(const uint8_t* src, int64_t width, int channels, const ResampleGeometry& geometry,

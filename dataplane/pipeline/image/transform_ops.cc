@@ -189,11 +189,11 @@ absl::StatusOr<Tensor> ApplyCropResize(const CropResizeSpec& spec, const Tensor&
     CopyRect(image.raw(), shape.width * pixel_bytes, whole, pixel_bytes, plan.rect, out.data());
     return std::move(out).Finish();
   }
-  if (image.dtype() != DType::kUInt8) {
+  if (image.dtype() != DType::kUInt8 && image.dtype() != DType::kFloat32) {
     return absl::InvalidArgumentError(FieldMessage(
         spec.op, spec.field,
-        absl::StrCat("resampling needs a uint8 image, got dtype ", DTypeName(image.dtype()),
-                     "; apply ", spec.op, " before normalize/cast")));
+        absl::StrCat("resampling needs a uint8 or float32 image, got dtype ", DTypeName(image.dtype()),
+                     "; apply ", spec.op, " before cast")));
   }
   ResampleGeometry g;
   g.box_y = static_cast<double>(plan.rect.y);
@@ -208,8 +208,15 @@ absl::StatusOr<Tensor> ApplyCropResize(const CropResizeSpec& spec, const Tensor&
   g.out_w = plan.out_w;
   g.method = spec.method;
   g.antialias = spec.antialias;
-  PixelBuffer out(DType::kUInt8, ImageShapeOf(shape, plan.out_h, plan.out_w, shape.channels));
-  ResampleImage(image.data<uint8_t>(), shape.width, static_cast<int>(shape.channels), g, out.data());
+  PixelBuffer out(image.dtype(), ImageShapeOf(shape, plan.out_h, plan.out_w, shape.channels));
+  if (image.dtype() == DType::kFloat32) {
+    // Slower (float arithmetic, 4x the bytes): resample before normalize/cast when you can, or let
+    // AutoOrder move it there (docs/autoorder.md).
+    ResampleImageFloat(image.data<float>(), shape.width, static_cast<int>(shape.channels), g,
+                       reinterpret_cast<float*>(out.data()));
+  } else {
+    ResampleImage(image.data<uint8_t>(), shape.width, static_cast<int>(shape.channels), g, out.data());
+  }
   return std::move(out).Finish();
 }
 
@@ -234,9 +241,7 @@ class CropResizeOp : public ElementOp {
     auto field = GetMutableField(element, spec_.field, spec_.op);
     if (!field.ok()) return field.status();
     Tensor& image = **field;
-    const bool needs_uint8 =
-        spec_.kind == CropResizeKind::kResize || spec_.kind == CropResizeKind::kRandomResizedCrop;
-    auto shape = CheckImage(image, spec_.op, spec_.field, needs_uint8);
+    auto shape = CheckImage(image, spec_.op, spec_.field, /*uint8_only=*/false);
     if (!shape.ok()) return shape.status();
     auto plan = PlanCropResize(spec_, shape->height, shape->width, seed);
     if (!plan.ok()) return plan.status();

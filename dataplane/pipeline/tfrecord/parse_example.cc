@@ -393,6 +393,14 @@ OpDescriptor ParseExampleDescriptor() {
     return std::unique_ptr<ElementOp>(std::make_unique<ParseExampleOp>(
         args.String("field", "record"), *std::move(specs), args.Bool("keep_record", false)));
   };
+  auto order = std::make_shared<OrderDeclaration>();
+  order->reads = {FieldRef::Arg("field", "record")};
+  // Removes the record (unless keep_record) and creates one field per feature.
+  order->writes = {FieldRef::Arg("field", "record"), FieldRef::ArgMapKeys("features")};
+  order->shape = ShapeEffect::kData;
+  order->size = SizeEffect::kDepends;
+  order->cost = CostDriver::kInput;
+  descriptor.order = std::move(order);
   return descriptor;
 }
 

@@ -1,0 +1,115 @@
+// `sluice bench autoorder` on a tiny data set: its JSON line has every field, for every pipeline
+// (the numbers themselves are not checked: they are timings), and the data writers and helpers.
+#include "bench/autoorder/autoorder_bench.h"
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include <jpeglib.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "dataplane/pipeline/pipeline_test_util.h"
+#include "testing/test_util.h"
+
+namespace sluice::bench {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Writes a w x h RGB JPEG with a smooth pattern.
+void WriteJpeg(const fs::path& path, int w, int h, int seed) {
+  std::vector<uint8_t> pixels(static_cast<size_t>(w) * h * 3);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      for (int c = 0; c < 3; ++c) pixels[(y * w + x) * 3 + c] = static_cast<uint8_t>((x * (c + 1) + y * 2 + seed * 40) & 0xFF);
+    }
+  }
+  jpeg_compress_struct cinfo;
+  jpeg_error_mgr jerr;
+  cinfo.err = jpeg_std_error(&jerr);
+  jpeg_create_compress(&cinfo);
+  FILE* f = std::fopen(path.c_str(), "wb");
+  REQUIRE(f != nullptr);
+  jpeg_stdio_dest(&cinfo, f);
+  cinfo.image_width = w;
+  cinfo.image_height = h;
+  cinfo.input_components = 3;
+  cinfo.in_color_space = JCS_RGB;
+  jpeg_set_defaults(&cinfo);
+  jpeg_start_compress(&cinfo, TRUE);
+  while (cinfo.next_scanline < cinfo.image_height) {
+    JSAMPROW row = pixels.data() + static_cast<size_t>(cinfo.next_scanline) * w * 3;
+    jpeg_write_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  jpeg_destroy_compress(&cinfo);
+  std::fclose(f);
+}
+
+TEST_CASE("SpreadOf and the data template") {
+  Spread s = SpreadOf({3, 1, 2, 10});
+  CHECK(s.median == 2.5);
+  CHECK(s.min == 1);
+  CHECK(s.max == 10);
+  CHECK(SpreadOf({}).median == 0);
+  CHECK(ExpandDataTemplate("files: \"${DATA}/x\"", "/d") == "files: \"/d/x\"");
+}
+
+TEST_CASE("the benchmark's JSON line has every field for every pipeline") {
+  sluice::testing::TempDir dir;
+  fs::create_directories(dir.path() / "jpeg");
+  for (int i = 0; i < 24; ++i) WriteJpeg(dir.path() / "jpeg" / absl::StrCat("img_", i, ".jpg"), 96 + i, 80, i);
+  AutoOrderBenchOptions options;
+  options.data_dir = dir.path().string();
+  options.rounds = 1;
+  options.documents = 120;
+  options.sample = 8;
+
+  std::stringstream captured;
+  std::streambuf* old = std::cout.rdbuf(captured.rdbuf());
+  const int rc = RunAutoOrderBenchmark(options);
+  std::cout.rdbuf(old);
+  INFO(captured.str());
+  REQUIRE(rc == 0);
+  std::vector<std::string> lines = absl::StrSplit(captured.str(), '\n', absl::SkipEmpty());
+  REQUIRE(!lines.empty());
+  const nlohmann::json out = nlohmann::json::parse(lines.back());
+  CHECK(out["benchmark"] == "autoorder");
+  for (const char* key : {"machine", "cores", "rounds", "order", "unit", "load_average_start", "load_average_end"}) {
+    INFO(key);
+    CHECK(out.contains(key));
+  }
+  REQUIRE(out["ratios"].is_object());
+  CHECK(out["ratios"].size() == 3);
+  for (const char* name : {"image-classification", "detection", "text"}) {
+    INFO(name);
+    REQUIRE(out["ratios"].contains(name));
+    CHECK(out["ratios"][name].is_number());
+    const nlohmann::json& p = out["pipelines"][name];
+    for (const char* key : {"outcome", "written_order", "rewritten_order", "predicted_speedup", "sample_measured_speedup",
+                            "max_abs_diff", "planning_cpu_seconds", "elements_per_run", "ratio"}) {
+      INFO(key);
+      CHECK(p.contains(key));
+    }
+    for (const char* key : {"written_per_cpu_second", "rewritten_per_cpu_second", "ratio_per_round"}) {
+      INFO(key);
+      for (const char* stat : {"median", "min", "max"}) CHECK(p[key].contains(stat));
+    }
+    CHECK(p["elements_per_run"].get<double>() > 0);
+  }
+  // What the data writers made: one record per JPEG, one line per document.
+  auto records = pipeline::testing::RunSpec(absl::StrCat("source: {tfrecord: {files: '", dir.File("detection.tfrecord"), "'}}\n"));
+  REQUIRE(records.ok());
+  CHECK(records->size() == 24);
+  auto docs = pipeline::testing::RunSpec(absl::StrCat("source: {jsonl: {files: '", dir.File("text.jsonl"), "'}}\n"));
+  REQUIRE(docs.ok());
+  CHECK(docs->size() == 120);
+}
+
+}  // namespace
+}  // namespace sluice::bench
