@@ -1,7 +1,7 @@
-#include "operator/local_capacity.h"
+#include "operator/capacity_input.h"
 
 #include <algorithm>
-#include <cmath>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -9,20 +9,25 @@
 
 namespace sluice::op {
 
-int64_t LocalCapacity::WorkersOn(const std::string& node) const {
-  for (const NodeCapacity& n : nodes) {
-    if (n.node == node) return n.excluded_reason.empty() ? n.workers : 0;
+autoscaler::Placement PlacementOf(PlacementPolicy policy) {
+  switch (policy) {
+    case PlacementPolicy::kHybrid: return autoscaler::Placement::kHybrid;
+    case PlacementPolicy::kLocalOnly: return autoscaler::Placement::kLocalOnly;
+    case PlacementPolicy::kRemoteOnly: return autoscaler::Placement::kRemoteOnly;
   }
-  return 0;
+  return autoscaler::Placement::kRemoteOnly;
 }
 
-LocalCapacity ComputeLocalCapacity(const DataService& ds, const std::vector<ObservedNode>& nodes,
-                                   const std::vector<ObservedPod>& consumer_pods,
-                                   const std::map<std::string, int64_t>& cpu_requested_by_node,
-                                   const std::vector<ObservedPod>& owned_pods) {
-  LocalCapacity result;
+autoscaler::CapacityInput CapacityInputFor(const DataService& ds, const std::vector<ObservedNode>& nodes,
+                                           const std::vector<ObservedPod>& consumer_pods,
+                                           const std::map<std::string, int64_t>& cpu_requested_by_node,
+                                           const std::vector<ObservedPod>& owned_pods) {
   const PlacementSpec& placement = ds.spec.placement;
-  if (placement.policy == PlacementPolicy::kRemoteOnly || !placement.consumer_selector.has_value()) return result;
+  autoscaler::CapacityInput in;
+  in.policy = PlacementOf(placement.policy);
+  in.worker_cpu_millis = WorkerCpuMillis(ds.spec.workers);
+  in.local_cpu_fraction = placement.local_cpu_fraction;
+  if (placement.policy == PlacementPolicy::kRemoteOnly || !placement.consumer_selector.has_value()) return in;
 
   std::set<std::string> consumer_nodes;
   for (const ObservedPod& pod : consumer_pods) {
@@ -31,7 +36,7 @@ LocalCapacity ComputeLocalCapacity(const DataService& ds, const std::vector<Obse
     if (!SelectorMatches(*placement.consumer_selector, pod.labels)) continue;
     consumer_nodes.insert(pod.node_name);
   }
-  // CPU requested on each node by this DataService's own local workers (added back below).
+  // CPU requested on each node by this DataService's own local workers (taken off the node's sum).
   std::map<std::string, int64_t> own_local;
   for (const ObservedPod& pod : owned_pods) {
     if (pod.node_name.empty() || pod.Finished()) continue;
@@ -41,37 +46,33 @@ LocalCapacity ComputeLocalCapacity(const DataService& ds, const std::vector<Obse
     if (place == pod.labels.end() || place->second != "local") continue;
     own_local[pod.node_name] += pod.cpu_request_millis;
   }
-  int64_t worker_cpu = WorkerCpuMillis(ds.spec.workers);
 
   for (const std::string& name : consumer_nodes) {
-    NodeCapacity nc;
-    nc.node = name;
+    autoscaler::CapacityNode cn;
+    cn.name = name;
+    cn.consumer = true;
     auto node_it = std::find_if(nodes.begin(), nodes.end(), [&](const ObservedNode& n) { return n.name == name; });
     if (node_it == nodes.end()) {
-      nc.excluded_reason = "node not observed";
-      result.nodes.push_back(std::move(nc));
+      cn.excluded_reason = "node not observed";
+      in.nodes.push_back(std::move(cn));
       continue;
     }
     const ObservedNode& node = *node_it;
-    nc.allocatable_millis = node.allocatable_cpu_millis;
+    cn.allocatable_cpu_millis = node.allocatable_cpu_millis;
     auto req = cpu_requested_by_node.find(name);
-    int64_t requested = req == cpu_requested_by_node.end() ? 0 : req->second;
-    nc.requested_by_others_millis = std::max<int64_t>(0, requested - own_local[name]);
-    int64_t left = std::max<int64_t>(0, nc.allocatable_millis - nc.requested_by_others_millis);
-    nc.budget_millis = static_cast<int64_t>(std::floor(static_cast<double>(left) * placement.local_cpu_fraction));
-    nc.workers = worker_cpu > 0 ? nc.budget_millis / worker_cpu : 0;
+    const int64_t requested = req == cpu_requested_by_node.end() ? 0 : req->second;
+    cn.cpu_requested_by_others_millis = std::max<int64_t>(0, requested - own_local[name]);
     if (node.unschedulable) {
-      nc.excluded_reason = "node is cordoned (spec.unschedulable)";
+      cn.excluded_reason = "node is cordoned (spec.unschedulable)";
     } else if (!MapSelectorMatches(placement.accelerator_node_selector, node.labels)) {
-      nc.excluded_reason = "node lacks the labels of spec.placement.acceleratorNodeSelector";
+      cn.excluded_reason = "node lacks the labels of spec.placement.acceleratorNodeSelector";
     } else if (std::optional<Taint> taint = FirstUntoleratedTaint(placement.local_tolerations, node.taints)) {
-      nc.excluded_reason = absl::StrCat("taint ", taint->key, "=", taint->value, ":", taint->effect,
+      cn.excluded_reason = absl::StrCat("taint ", taint->key, "=", taint->value, ":", taint->effect,
                                         " is not tolerated by spec.placement.localTolerations");
     }
-    if (nc.excluded_reason.empty()) result.total_workers += nc.workers;
-    result.nodes.push_back(std::move(nc));
+    in.nodes.push_back(std::move(cn));
   }
-  return result;
+  return in;
 }
 
 }  // namespace sluice::op
