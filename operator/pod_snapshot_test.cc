@@ -13,7 +13,8 @@
 #include "absl/strings/str_format.h"
 #include "kube/packed_object.h"
 #include "kube/store.h"
-#include "operator/local_capacity.h"
+#include "autoscaler/placement/local_capacity.h"
+#include "operator/capacity_input.h"
 #include "operator/manifests.h"
 
 namespace sluice::op {
@@ -107,8 +108,8 @@ TEST_CASE("a trainer bound after the DataService is counted on its node with its
   ObservedNode node;
   node.name = "gpu-1";
   node.allocatable_cpu_millis = 32000;
-  LocalCapacity capacity =
-      ComputeLocalCapacity(ds, {node}, after.namespace_pods, after.cpu_requested_by_node, after.owned);
+  autoscaler::LocalCapacity capacity = autoscaler::ComputeLocalCapacity(
+      CapacityInputFor(ds, {node}, after.namespace_pods, after.cpu_requested_by_node, after.owned));
   CHECK(capacity.total_workers == 5);  // floor((32 - 8.5) * 0.5 / 2)
 
   // Our own local workers on the node are in the same read: they are in the sum and added back.
@@ -116,8 +117,8 @@ TEST_CASE("a trainer bound after the DataService is counted on its node with its
   PodSnapshot with_worker = ReadPodSnapshot(cache.store, "ml", kUid, Trainers(), &guess);
   CHECK(with_worker.owned.size() == 1);
   CHECK(with_worker.cpu_requested_by_node == std::map<std::string, int64_t>{{"gpu-1", 10500}});
-  CHECK(ComputeLocalCapacity(ds, {node}, with_worker.namespace_pods, with_worker.cpu_requested_by_node,
-                             with_worker.owned)
+  CHECK(autoscaler::ComputeLocalCapacity(CapacityInputFor(ds, {node}, with_worker.namespace_pods,
+                                                         with_worker.cpu_requested_by_node, with_worker.owned))
             .total_workers == 5);
 
   // The trainer goes: no consumer node, no sums; the guess shrinks with it.

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "operator/capacity_input.h"
 #include "operator/manifests.h"
 
 namespace sluice::op {
@@ -206,36 +207,37 @@ ReconcileResult ReconcileInvalid(const ReconcileInput& in, const ObjectMeta& met
 
 // ---- The placement split ----
 
-WorkerPlan PlanSplit(const DataService& ds, LocalCapacity capacity) {
-  WorkerPlan plan;
-  const int64_t replicas = ds.spec.workers.replicas;
-  const int64_t cap = capacity.total_workers;
-  switch (ds.spec.placement.policy) {
-    case PlacementPolicy::kRemoteOnly:
-      plan.desired_remote = replicas;
+autoscaler::CapacitySplitInput SplitInputFor(const DataService& ds, int64_t capacity) {
+  return {PlacementOf(ds.spec.placement.policy), ds.spec.workers.replicas, ds.spec.workers.local, capacity};
+}
+
+// The plan of `split` (by the placement library's rule), with the ScalingLimited reason and message.
+void ApplySplit(const DataService& ds, const autoscaler::CapacitySplit& split, WorkerPlan* plan) {
+  plan->desired_local = split.local;
+  plan->desired_remote = split.remote;
+  plan->limited_reason = autoscaler::CapacityLimitName(split.limit);
+  plan->limited_message.clear();
+  const int64_t cap = plan->capacity.total_workers;
+  switch (split.limit) {
+    case autoscaler::CapacityLimit::kNone:
       break;
-    case PlacementPolicy::kLocalOnly:
-      plan.desired_local = std::min(replicas, cap);
-      if (plan.desired_local < replicas) {
-        plan.limited_reason = "LocalCapacityExhausted";
-        plan.limited_message = absl::StrCat("policy LocalOnly: only ", cap, " of ", replicas,
-                                            " workers fit on the consumer nodes at localCpuFraction ",
-                                            ds.spec.placement.local_cpu_fraction);
-      }
+    case autoscaler::CapacityLimit::kLocalCapacityExhausted:
+      plan->limited_message = absl::StrCat("policy LocalOnly: only ", cap, " of ", split.wanted_local,
+                                           " workers fit on the consumer nodes at localCpuFraction ",
+                                           ds.spec.placement.local_cpu_fraction);
       break;
-    case PlacementPolicy::kHybrid: {
-      int64_t want_local = ds.spec.workers.local.has_value() ? std::min(*ds.spec.workers.local, replicas) : replicas;
-      plan.desired_local = std::min(want_local, cap);
-      plan.desired_remote = replicas - plan.desired_local;
-      if (ds.spec.workers.local.has_value() && want_local > cap) {
-        plan.limited_reason = "LocalSplitCapped";
-        plan.limited_message = absl::StrCat("workers.local asks for ", want_local, " local workers but the consumer nodes fit ",
-                                            cap, "; running ", plan.desired_remote, " remote");
-      }
+    case autoscaler::CapacityLimit::kLocalSplitCapped:
+      plan->limited_message = absl::StrCat("workers.local asks for ", split.wanted_local,
+                                           " local workers but the consumer nodes fit ", cap, "; running ",
+                                           split.remote, " remote");
       break;
-    }
   }
+}
+
+WorkerPlan PlanSplit(const DataService& ds, autoscaler::LocalCapacity capacity) {
+  WorkerPlan plan;
   plan.capacity = std::move(capacity);
+  ApplySplit(ds, autoscaler::SplitByCapacity(SplitInputFor(ds, plan.capacity.total_workers)), &plan);
   return plan;
 }
 
@@ -314,8 +316,8 @@ ReconcileResult Planner::Run() {
 
   std::vector<ObservedPod> owned_copy;
   for (const ObservedPod* p : pods_) owned_copy.push_back(*p);
-  result_.plan = PlanSplit(ds_, ComputeLocalCapacity(ds_, in_.nodes, in_.consumer_pods, in_.cpu_requested_by_node,
-                                                      owned_copy));
+  result_.plan = PlanSplit(ds_, autoscaler::ComputeLocalCapacity(CapacityInputFor(
+                                    ds_, in_.nodes, in_.consumer_pods, in_.cpu_requested_by_node, owned_copy)));
 
   if (!ds_.metadata.HasFinalizer(kDrainFinalizer)) result_.actions.push_back(AddFinalizer{});
   CheckExpectations();
@@ -485,16 +487,14 @@ void Planner::PlanWorkers() {
   }
   // Hybrid with the split left to the operator (no workers.local): the listed pods are the scale
   // down. Their pools keep what is left rather than being rebalanced in the same breath (which
-  // would delete a pod nobody named and create another); only a shortfall is filled, local first.
-  if (!listed.empty() && ds_.spec.placement.policy == PlacementPolicy::kHybrid && !spec.local.has_value()) {
-    const int64_t replicas = result_.plan.desired_local + result_.plan.desired_remote;
-    const int64_t local_left = static_cast<int64_t>(remaining(Pool::kLocal).size());
-    const int64_t remote_left = static_cast<int64_t>(remaining(Pool::kRemote).size());
-    if (local_left + remote_left <= replicas && local_left <= result_.plan.desired_local) {
-      const int64_t shortfall = replicas - local_left - remote_left;
-      result_.plan.desired_local = std::min(result_.plan.desired_local, local_left + shortfall);
-      result_.plan.desired_remote = replicas - result_.plan.desired_local;
-    }
+  // would delete a pod nobody named and create another); only a shortfall is filled, local first
+  // (autoscaler::SplitAfterNamedRemovals; the plain split in every other case).
+  if (!listed.empty()) {
+    ApplySplit(ds_,
+               autoscaler::SplitAfterNamedRemovals(SplitInputFor(ds_, plan.capacity.total_workers),
+                                                   static_cast<int64_t>(remaining(Pool::kLocal).size()),
+                                                   static_cast<int64_t>(remaining(Pool::kRemote).size())),
+               &result_.plan);
   }
   // 3. Local pods beyond what their node can take now (or on nodes that no longer run consumers).
   std::map<std::string, std::vector<WorkerPod>> by_node;
@@ -580,9 +580,9 @@ void Planner::PlanWorkers() {
     for (const WorkerPod& w : remaining(Pool::kLocal)) ++used[w.node];
     int64_t deficit = plan.desired_local - static_cast<int64_t>(remaining(Pool::kLocal).size());
     for (; deficit > 0; --deficit) {
-      const NodeCapacity* best = nullptr;
+      const autoscaler::NodeCapacity* best = nullptr;
       int64_t best_free = 0;
-      for (const NodeCapacity& n : plan.capacity.nodes) {
+      for (const autoscaler::NodeCapacity& n : plan.capacity.nodes) {
         if (!n.excluded_reason.empty()) continue;
         int64_t free = n.workers - used[n.node];
         if (free > best_free) {

@@ -20,10 +20,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "autoscaler/placement/local_capacity.h"
 #include "nlohmann/json.hpp"
 #include "operator/dataservice_types.h"
 #include "operator/expectations.h"
-#include "operator/local_capacity.h"
 #include "operator/observed_state.h"
 
 namespace sluice::op {
@@ -175,11 +175,13 @@ enum class ExpectationsState {
   kExpired,    // waited longer than expectations_timeout: given up, planning went ahead
 };
 
-// What the reconciler decided about the worker pools (also useful to tests and logs).
+// What the reconciler decided about the worker pools (also useful to tests and logs). The capacity
+// and the split come from the placement library (autoscaler/placement/local_capacity.h), the same
+// model the autoscaler decides with.
 struct WorkerPlan {
   int64_t desired_local = 0;
   int64_t desired_remote = 0;
-  LocalCapacity capacity;
+  autoscaler::LocalCapacity capacity;
   std::string limited_reason;   // non-empty when ScalingLimited is True
   std::string limited_message;
 };

@@ -517,66 +517,8 @@ TEST_CASE("the pipeline reaches the dispatcher", "[reconciler][dispatcher]") {
   }
 }
 
-TEST_CASE("local capacity is the consumer nodes' unrequested CPU times the fraction", "[reconciler][capacity]") {
-  DataService ds = Parsed(HybridDataService(5));
-  std::vector<ObservedNode> nodes = {GpuNode("gpu-1", 32000), GpuNode("gpu-2", 16000), GpuNode("gpu-3", 64000)};
-  std::vector<ObservedPod> consumers = {Trainer("t1", "gpu-1", 20000), Trainer("t2", "gpu-2", 4000)};
-  std::map<std::string, int64_t> requested = {{"gpu-1", 20000 + 500}, {"gpu-2", 4000}, {"gpu-3", 1000}};
-  LocalCapacity cap = ComputeLocalCapacity(ds, nodes, consumers, requested, {});
-  REQUIRE(cap.nodes.size() == 2);  // gpu-3 runs no consumer
-  // gpu-1: (32000 - 20500) * 0.5 = 5750 -> 2 workers of 2 CPU; gpu-2: (16000 - 4000) * 0.5 = 6000 -> 3.
-  CHECK(cap.nodes[0].node == "gpu-1");
-  CHECK(cap.nodes[0].requested_by_others_millis == 20500);
-  CHECK(cap.nodes[0].budget_millis == 5750);
-  CHECK(cap.nodes[0].workers == 2);
-  CHECK(cap.nodes[1].workers == 3);
-  CHECK(cap.total_workers == 5);
-  CHECK(cap.WorkersOn("gpu-3") == 0);
-
-  SECTION("the DataService's own local workers do not shrink their own capacity") {
-    ObservedPod mine;
-    mine.name = "ds-worker-local-0";
-    mine.controller_uid = "ds-uid";
-    mine.labels = {{kLabelRole, "worker"}, {kLabelPlacement, "local"}};
-    mine.node_name = "gpu-1";
-    mine.cpu_request_millis = 2000;
-    requested["gpu-1"] += 2000;
-    LocalCapacity again = ComputeLocalCapacity(ds, nodes, consumers, requested, {mine});
-    CHECK(again.nodes[0].workers == 2);
-    CHECK(again.total_workers == 5);
-  }
-  SECTION("nodes are excluded for missing accelerator labels, untolerated taints, cordons or absence") {
-    nodes[0].labels.clear();
-    nodes[1].taints.push_back({"dedicated", "infra", "NoExecute"});
-    nodes[1].taints.push_back({"soft", "x", "PreferNoSchedule"});  // ignored
-    consumers.push_back(Trainer("t3", "gpu-3", 0));
-    nodes[2].unschedulable = true;
-    consumers.push_back(Trainer("t4", "gone", 0));
-    LocalCapacity ex = ComputeLocalCapacity(ds, nodes, consumers, requested, {});
-    CHECK(ex.total_workers == 0);
-    REQUIRE(ex.nodes.size() == 4);
-    std::map<std::string, std::string> reasons;
-    for (const NodeCapacity& n : ex.nodes) reasons[n.node] = n.excluded_reason;
-    CHECK(absl::StrContains(reasons["gpu-1"], "acceleratorNodeSelector"));
-    CHECK(absl::StrContains(reasons["gpu-2"], "dedicated=infra:NoExecute"));
-    CHECK(absl::StrContains(reasons["gpu-3"], "cordoned"));
-    CHECK(reasons["gone"] == "node not observed");
-  }
-  SECTION("pods that do not match the selector, ended, or are not scheduled are not consumers") {
-    consumers[0].labels = {{"app", "other"}};
-    consumers[1].phase = "Succeeded";
-    consumers.push_back(Trainer("t5", "", 0));
-    CHECK(ComputeLocalCapacity(ds, nodes, consumers, requested, {}).nodes.empty());
-  }
-  SECTION("a node that is already full gives nothing, never a negative count") {
-    requested["gpu-1"] = 40000;
-    CHECK(ComputeLocalCapacity(ds, nodes, consumers, requested, {}).nodes[0].workers == 0);
-  }
-  SECTION("RemoteOnly has no local capacity") {
-    ds.spec.placement.policy = PlacementPolicy::kRemoteOnly;
-    CHECK(ComputeLocalCapacity(ds, nodes, consumers, requested, {}).total_workers == 0);
-  }
-}
+// Local capacity itself (which nodes, the arithmetic) is tested with the shared model in
+// autoscaler/placement/local_capacity_test.cc and with its input in operator/capacity_input_test.cc.
 
 TEST_CASE("Hybrid fills local capacity first, then remote", "[reconciler][placement]") {
   FakeCluster c(HybridDataService(5));

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "autoscaler/placement/local_capacity.h"
 
 namespace sluice::autoscaler {
 
@@ -43,6 +44,12 @@ std::optional<int32_t> CapFor(double k, int32_t reference, double tolerance) {
   double extra = std::floor(tolerance / k + 1e-9);
   if (extra > 1e6) return std::nullopt;
   return reference + static_cast<int32_t>(extra);
+}
+
+// The local workers of `replicas` when `local` are asked for, by the rule the operator carries out
+// (SplitByCapacity, Hybrid with workers.local): what this split decides, the operator runs unchanged.
+int32_t LocalShare(int32_t replicas, int32_t local, int32_t capacity) {
+  return static_cast<int32_t>(SplitByCapacity({Placement::kHybrid, replicas, local, capacity}).local);
 }
 
 }  // namespace
@@ -162,7 +169,7 @@ Split SplitWorkers(const SplitInput& in, const InterferenceState& state, const P
 
   if (state.probe_local) {
     // A probe in progress holds its count until an observation at it has been learnt.
-    out.local = std::clamp(*state.probe_local, 0, std::min(replicas, capacity));
+    out.local = LocalShare(replicas, *state.probe_local, capacity);
     out.remote = replicas - out.local;
     out.probing = true;
     out.reason = SplitReason::kProbing;
@@ -223,7 +230,7 @@ Split SplitWorkers(const SplitInput& in, const InterferenceState& state, const P
     }
   }
 
-  out.local = std::min(replicas, allowed);
+  out.local = LocalShare(replicas, allowed, capacity);
   out.remote = replicas - out.local;
   if (out.reason == SplitReason::kLocalFirst && out.local < replicas) {
     out.reason = SplitReason::kCapacityLimited;

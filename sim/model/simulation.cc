@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "autoscaler/placement/local_capacity.h"
 #include "sim/model/rng.h"
 
 namespace sluice::sim {
@@ -252,14 +253,11 @@ void Simulation::Apply(const Action& a) {
 }
 
 void Simulation::Reconcile() {
-  const int capacity = LocalCapacity();
-  int want_local = 0;
-  switch (placement_) {
-    case Placement::kRemoteOnly: want_local = 0; break;
-    case Placement::kLocalOnly: want_local = std::min(replicas_, capacity); break;
-    case Placement::kHybrid: want_local = std::min({local_.value_or(replicas_), replicas_, capacity}); break;
-  }
-  const int want_remote = placement_ == Placement::kLocalOnly ? 0 : replicas_ - want_local;
+  // The split sluice-operator carries out, by the same rule (the placement library's).
+  const autoscaler::CapacitySplit split = autoscaler::SplitByCapacity(
+      {placement_, replicas_, local_ ? std::optional<int64_t>(*local_) : std::nullopt, LocalCapacity()});
+  const int want_local = static_cast<int>(split.local);
+  const int want_remote = static_cast<int>(split.remote);
 
   // Local pods beyond their host's capacity (or on a host whose job ended) go, newest first.
   std::vector<int> on_host(hosts_.size(), 0);
