@@ -49,6 +49,7 @@ const char* ReasonName(Reason r) {
     case Reason::kScaleUpWithoutModel: return "ScaleUpWithoutModel";
     case Reason::kFallback: return "Fallback";
     case Reason::kStallNotFromWorkers: return "StallNotFromWorkers";
+    case Reason::kBrokenWorkers: return "BrokenWorkers";
     case Reason::kRecommendOnly: return "RecommendOnly";
   }
   return "NoChange";
@@ -276,6 +277,27 @@ DecisionResult Decide(const PolicyConfig& config, const Target& target, const Si
     h.failures_in_a_row = 0;
     if (sizing.idle) {
       note(Reason::kIdle, "the trainers consume nothing: the minimum");
+    } else {
+      // The model counts the workers that serve (capacity is measured per registered worker). A
+      // worker that has not been ready for longer than a pod takes to start (crash-looping, stuck)
+      // serves nothing: plan its replacement on top of the need, so that a crash loop neither
+      // stalls the trainers nor looks like room to scale down. Removals take not-ready ones first.
+      // Twice the settle time (at least a minute), so that a pod still starting (slower than any
+      // observed so far) is not taken for a broken one.
+      const absl::Duration broken_after = std::max(2 * settle, absl::Minutes(1));
+      int32_t broken = 0;
+      for (const WorkerCandidate& w : target.workers) {
+        if (!w.ready && w.created != absl::InfinitePast() && now - w.created > broken_after) ++broken;
+      }
+      broken = std::min(broken, committed);
+      if (broken > 0) {
+        raw += broken;
+        a.broken_workers = broken;
+        note(Reason::kBrokenWorkers,
+             absl::StrCat(broken, " workers not ready ", absl::FormatDuration(broken_after),
+                          " after their creation (crash-looping or stuck): ", *sizing.replicas,
+                          " serving workers needed, plus ", broken));
+      }
     }
   } else {
     ++h.failures_in_a_row;
@@ -337,8 +359,8 @@ DecisionResult Decide(const PolicyConfig& config, const Target& target, const Si
   // Tolerance: a small relative change is not worth a pod.
   if (raw != committed && committed > 0 && a.needed_exact && !sizing.idle &&
       (!a.stall_ratio || *a.stall_ratio <= config.target_stall_ratio) &&
-      std::abs(*a.needed_exact / committed - 1.0) <= config.tolerance) {
-    note(Reason::kWithinTolerance, absl::StrCat("needs ", Num(*a.needed_exact), " workers, within ",
+      std::abs((*a.needed_exact + a.broken_workers) / committed - 1.0) <= config.tolerance) {
+    note(Reason::kWithinTolerance, absl::StrCat("needs ", Num(*a.needed_exact + a.broken_workers), " workers, within ",
                                                 Num(config.tolerance * 100), "% of ", committed));
     raw = committed;
   }
@@ -436,9 +458,13 @@ DecisionResult Decide(const PolicyConfig& config, const Target& target, const Si
 
   const int32_t current_local = std::clamp(target.local, 0, current);
   const int32_t current_remote = current - current_local;
+  // Workers that only a make-before-break shift kept going away is the end of that shift, not a
+  // scale-down: the size the policy decided does not change (and so it may happen while data is
+  // missing, which never lowers the decided size).
+  const bool surge_released = d.replicas < current && d.replicas >= committed && d.local != current_local;
   if (d.replicas > current) {
     d.direction = Direction::kUp;
-  } else if (d.replicas < current) {
+  } else if (d.replicas < current && !surge_released) {
     d.direction = Direction::kDown;
   } else if (d.local != current_local) {
     d.direction = Direction::kShift;
@@ -455,7 +481,12 @@ DecisionResult Decide(const PolicyConfig& config, const Target& target, const Si
       note(Reason::kScaledDown, absl::StrCat(current, " -> ", d.replicas, " workers"));
       break;
     case Direction::kShift:
-      note(Reason::kShifted, absl::StrCat(current_local, " -> ", d.local, " local workers: ", d.split.why));
+      if (surge_released) {
+        note(Reason::kShifted, absl::StrCat(current_local, " -> ", d.local, " local workers: the shift completes, ",
+                                            current - d.replicas, " workers kept until their replacements served go"));
+      } else {
+        note(Reason::kShifted, absl::StrCat(current_local, " -> ", d.local, " local workers: ", d.split.why));
+      }
       break;
     case Direction::kNone:
       if (d.reasons.empty()) note(Reason::kNoChange, absl::StrCat(current, " workers are right"));

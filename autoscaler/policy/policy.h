@@ -106,6 +106,7 @@ enum class Reason {
   kScaleUpWithoutModel,  // stall known to be too high, sizing data missing: one step up
   kFallback,             // fallback.replicas after failure_threshold decisions without data
   kStallNotFromWorkers,  // stalled while elements wait in the workers' buffers: more workers would not help
+  kBrokenWorkers,        // workers not ready for longer than a pod takes to start: planned on top of the need
   kRecommendOnly,        // mode Recommend: computed, not acted on
 };
 const char* ReasonName(Reason r);
@@ -122,6 +123,7 @@ struct Arithmetic {
   std::string capacity_source;  // "CPU", "saturated", "remembered", ""
   std::optional<double> recent_needed_exact;  // the same model over the recent window (while it stalls)
   std::string sized_from;        // "window" or "recent window"
+  int32_t broken_workers = 0;  // not ready long after their creation: planned on top of the need
   int32_t raw = 0;         // the model's recommendation before windows, limits and bounds
   int32_t stabilized = 0;  // after the windows
   int32_t limited = 0;     // after step limits and bounds

@@ -213,6 +213,40 @@ TEST_CASE("churn and unsettled data hold scale-down, not scale-up") {
   CHECK(unsettled.decision.Has(Reason::kHeldUntilSettled));
 }
 
+TEST_CASE("workers not ready long after their creation are replaced, and are no room to scale down") {
+  // 10 workers, of which 2 crash-loop (created long ago, not ready now); the 8 that serve are just
+  // what the trainers need (the simulator's worker-crash-loop with 20 local slots scaled down to 9
+  // here, and then stalled while 7 served).
+  PolicyConfig c = Config();
+  c.headroom = 0;
+  c.settle_time = absl::Seconds(30);
+  Target t = Replicas(10);
+  t.workers[3].ready = false;
+  t.workers[7].ready = false;
+  const absl::Time now = kT0 + absl::Minutes(10);
+  // 8 registered workers make 80 elements/s, the trainers want 80 (no stall).
+  DecisionResult r = Decide(c, t, At(now, {0.0, 80, 80, 8, 8}), {}, now);
+  INFO(r.decision.Summary());
+  CHECK(r.decision.arithmetic.broken_workers == 2);
+  CHECK(r.decision.Has(Reason::kBrokenWorkers));
+  CHECK(r.decision.replicas == 10);  // not 8: the broken two are no room to scale down
+  CHECK(r.decision.direction == Direction::kNone);
+
+  // Now the trainers want 90: 9 serving workers are needed, plus the 2 broken ones.
+  DecisionResult up = Decide(c, t, At(now, {0.1, 81, 81, 8, 8}), {}, now);
+  INFO(up.decision.Summary());
+  CHECK(up.decision.replicas == 11);
+  CHECK(up.decision.direction == Direction::kUp);
+
+  // A worker that is merely starting (created 20 s ago) is not broken.
+  Target starting = Replicas(8);
+  starting.workers.push_back({"new", false, false, 0, now - absl::Seconds(20)});
+  starting.replicas = 9;
+  DecisionResult s = Decide(c, starting, At(now, {0.0, 80, 80, 8, 8}), {}, now);
+  CHECK(s.decision.arithmetic.broken_workers == 0);
+  CHECK_FALSE(s.decision.Has(Reason::kBrokenWorkers));
+}
+
 TEST_CASE("tolerance: a small change is not worth a pod") {
   // 4 workers, a need of 4.2: within 10%.
   PolicyConfig c = Config();
@@ -376,6 +410,21 @@ TEST_CASE("make before break: a shift adds the new pool's workers first, removes
   CHECK(done.decision.local == 0);
   CHECK(done.decision.workers_to_delete.size() == 4);
   CHECK(done.history.surge_extra == 0);
+  // The size the policy decided (4) did not change: the shift completes, it is not a scale-down.
+  CHECK(done.decision.direction == Direction::kShift);
+  CHECK_FALSE(done.decision.Has(Reason::kScaledDown));
+  CHECK(done.decision.act);
+
+  // The same end of the shift while the metrics are missing (found by the simulator: with 20 local
+  // slots, local-capacity-loss ended its shift during a window that predated it): it still happens
+  // — the replacements serve — and is still not a scale-down; the decided size holds.
+  Signals missing = At(t2, {0.0, 38, 38, 8, 3.8, 0, 0, 4, 0.1});
+  missing.demand = Measurement::Missing("no series");
+  DecisionResult held = Decide(c, t, missing, wait.history, t2);
+  INFO(held.decision.Summary());
+  CHECK(held.decision.replicas == 4);
+  CHECK(held.decision.direction == Direction::kShift);
+  CHECK(held.decision.Has(Reason::kHeldOnMissingData));
 }
 
 TEST_CASE("noisy signals around a steady need do not flap") {

@@ -1,5 +1,6 @@
 #include "bench/autoscale/autoscale_bench.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +20,12 @@ void AddAutoscaleBenchFlags(CLI::App* app, AutoscaleBenchOptions& o) {
   app->add_option("--markdown", o.markdown, "write the results table (Markdown) to this file");
   app->add_option("--rate-window", o.rate_window_s, "seconds of the metric rate window W (default 60)");
   app->add_option("--period", o.decision_period_s, "seconds between decisions (default 15)");
+  app->add_option("--remote-start", o.remote_start_s,
+                  "sensitivity: seconds from a remote pod's creation until its worker registers, in every scenario "
+                  "(default: each scenario's own, 60)");
+  app->add_option("--local-slots", o.local_slots,
+                  "sensitivity: local worker slots per accelerator host in every scenario (default: each scenario's "
+                  "own); events that change the slots still apply");
   app->add_flag("--quiet", o.quiet, "no progress lines");
 }
 
@@ -48,6 +55,10 @@ int RunAutoscaleBenchmark(const AutoscaleBenchOptions& o, std::ostream& out, std
     err << "sluice bench autoscale: --rate-window must be >= 2 s and --period within [1, 600] s\n";
     return 2;
   }
+  if (o.remote_start_s < 0 || o.remote_start_s > 3600 || o.local_slots < 0 || o.local_slots > 256) {
+    err << "sluice bench autoscale: --remote-start must be within [0, 3600] s and --local-slots within [0, 256]\n";
+    return 2;
+  }
   if (!o.series_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(o.series_dir, ec);
@@ -62,6 +73,17 @@ int RunAutoscaleBenchmark(const AutoscaleBenchOptions& o, std::ostream& out, std
   options.policies = o.policies;
   options.run.rate_window_s = o.rate_window_s;
   options.run.decision_period_s = o.decision_period_s;
+  if (o.remote_start_s > 0 || o.local_slots > 0) {
+    options.tune_scenario = [&o](sim::Scenario& s) {
+      if (o.remote_start_s > 0) s.remote.start_seconds = o.remote_start_s;
+      if (o.local_slots > 0) {
+        // A host that lends more CPU: as many spare cores as the slots need.
+        s.accelerator.local_slots = o.local_slots;
+        s.accelerator.host_cores =
+            std::max(s.accelerator.host_cores, s.accelerator.trainer_cores + o.local_slots * s.remote.cores);
+      }
+    };
+  }
   if (!o.quiet) options.progress = [&err](const std::string& line) { err << line << "\n" << std::flush; };
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<std::vector<sim::ScenarioOutcome>> outcomes = sim::RunSuite(options);

@@ -29,10 +29,13 @@ struct AutoscaleBenchOptions {
   std::string markdown;                // "": no table file
   int rate_window_s = 60;
   int decision_period_s = 15;
+  int remote_start_s = 0;              // > 0: every scenario's remote pod start latency (sensitivity runs)
+  int local_slots = 0;                 // > 0: every scenario's local worker slots per host (sensitivity runs)
   bool quiet = false;
 };
 
-// Registers --live, --scenario, --policy, --series-dir, --markdown, --rate-window, --period, --quiet.
+// Registers --live, --scenario, --policy, --series-dir, --markdown, --rate-window, --period,
+// --remote-start, --local-slots, --quiet.
 void AddAutoscaleBenchFlags(CLI::App* app, AutoscaleBenchOptions& options);
 
 // Runs the benchmark: progress to `err`, the JSON line to `out`; returns the exit code (0; 2 on bad

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "nlohmann/json.hpp"
@@ -42,6 +43,10 @@ TEST_CASE("autoscale bench: bad names and unwritable outputs fail with the cause
   CHECK(err.find("no policy 'keda'") != std::string::npos);
   CHECK(Run({"--period", "0"}, &out, &err) == 2);
   CHECK(err.find("--period") != std::string::npos);
+  CHECK(Run({"--remote-start", "-5"}, &out, &err) == 2);
+  CHECK(err.find("--remote-start") != std::string::npos);
+  CHECK(Run({"--local-slots", "100000"}, &out, &err) == 2);
+  CHECK(err.find("--local-slots") != std::string::npos);
   CHECK(Run({"--series-dir", "/proc/sluice-no", "--scenario", "pecan-asr-v3-8"}, &out, &err) == 2);
   CHECK(err.find("/proc/sluice-no") != std::string::npos);
 }
@@ -61,7 +66,10 @@ TEST_CASE("autoscale bench: a small run prints progress and the JSON line last, 
   CHECK(j["mode"] == "simulator");
   CHECK(j["summary"]["sluice_vs_pecan_cost"].get<double>() > 0);
   CHECK(j["summary"]["max_decisions_to_no_stall"].is_number());
+  CHECK(j["summary"]["max_decision_periods_to_no_stall"].is_number());
+  CHECK(j["scenarios"][0]["policies"]["sluice"]["changes"][0].contains("pod_start_periods"));
   CHECK(std::filesystem::exists(dir / "pecan-asr-v3-8.json"));
+  CHECK(nlohmann::json::parse(std::ifstream(dir / "pecan-asr-v3-8.json"))["policies"]["sluice"].contains("decisions"));
   CHECK(std::filesystem::file_size(dir / "table.md") > 0);
   std::filesystem::remove_all(dir);
 }

@@ -227,7 +227,9 @@ void Simulation::Decide(Controller& controller) {
     a.instant = a.instant || instant_;
     Apply(a);
     ++result_.totals.scaling_decisions;
-    if (replicas_ < rec.replicas_before && rec.missing_data) ++result_.totals.scale_downs_on_missing_data;
+    if (replicas_ < rec.replicas_before - a.surge_released && rec.missing_data) {
+      ++result_.totals.scale_downs_on_missing_data;
+    }
   }
   rec.act = a.act;
   rec.replicas_after = replicas_;

@@ -77,6 +77,8 @@ struct Action {
   std::optional<int> local;              // Hybrid: local workers wanted (the operator caps it at capacity)
   std::vector<std::string> remove;       // workersToDelete
   bool instant = false;                  // the oracle and collocated preprocessing: ready at once, no pods to start
+  int surge_released = 0;                // of the workers removed, those only kept until a shift's replacements
+                                         // served (make before break): the end of a shift, not a scale-down
   std::string note;                      // why (for the decision log)
 };
 

@@ -269,6 +269,24 @@ TEST_CASE("malformed scenarios are refused with the field named") {
   }
 }
 
+TEST_CASE("a remote quota caps the remote pods: the trainers stay short, nothing breaks") {
+  Scenario s = Small();
+  s.remote.quota = 1;  // the job needs 2 workers
+  Scripted c(Remote(1), [](const Observation& o) {
+    if (o.now_s == 15) return Remote(4);
+    return Action{};
+  });
+  RunResult r = Simulation(s, RunOptions{}).Run(c);
+  CheckConserved(r);
+  for (const PeriodRecord& p : r.periods) {
+    INFO("t " << p.t_end);
+    CHECK(p.remote_pods <= 1);
+    if (p.t_end > 15) CHECK(p.replicas == 4);  // the spec asks for 4; the pool holds 1
+  }
+  CHECK(MeanStall(r, 60) == Approx(0.5).margin(0.03));
+  CHECK(r.totals.remote_pod_seconds == Approx(900));
+}
+
 TEST_CASE("changes and phase boundaries") {
   Scenario s = Small();
   s.jobs.push_back({"second", 300, 600, 1, 0.01, 0, 0});

@@ -58,10 +58,15 @@ autoscaler::Target SluiceController::TargetFrom(const Observation& o) {
 }
 
 Action SluiceController::Decide(const Observation& o) {
+  // Workers kept only until a shift's replacements serve (the policy's make before break).
+  const int surge = history_.surge_extra > 0 && history_.surge_total == o.replicas ? history_.surge_extra : 0;
   autoscaler::DecisionResult r = autoscaler::Decide(config_, TargetFrom(o), o.signals, history_, o.now);
   history_ = r.history;
   const autoscaler::Decision& d = r.decision;
   Action a;
+  if (d.direction == autoscaler::Direction::kShift && d.replicas < o.replicas) {
+    a.surge_released = std::min(surge, o.replicas - d.replicas);
+  }
   a.act = d.act;
   a.replicas = d.replicas;
   a.placement = config_.placement.policy;

@@ -11,14 +11,19 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-POLICIES = ["sluice", "pecan", "cachew", "hpa", "fixed", "oracle"]
-COLORS = {"sluice": "tab:blue", "pecan": "tab:orange", "cachew": "tab:green", "hpa": "tab:red",
-          "fixed": "tab:gray", "oracle": "black"}
+# Every policy the simulator runs (sim/report/report.cc PolicyNames), each in a colour of its own.
+POLICIES = ["sluice", "sluice-remote", "pecan", "cachew", "hpa", "fixed", "collocated", "best-static", "oracle"]
+COLORS = {"sluice": "tab:blue", "sluice-remote": "tab:cyan", "pecan": "tab:orange", "cachew": "tab:green",
+          "hpa": "tab:red", "fixed": "tab:gray", "collocated": "tab:brown", "best-static": "tab:pink",
+          "oracle": "black"}
 
 
 def plot(path: pathlib.Path, out_dir: pathlib.Path) -> pathlib.Path:
     data = json.loads(path.read_text())
-    fig, (workers, stall, cost) = plt.subplots(3, 1, figsize=(10, 8), sharex=True)
+    fig, (workers, stall, cost) = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
+    unknown = sorted(set(data["policies"]) - set(POLICIES))
+    if unknown:
+        raise SystemExit(f"plot_autoscale.py: {path}: policies without a colour: {', '.join(unknown)}")
     for name in POLICIES:
         series = data["policies"].get(name)
         if not series:
@@ -37,13 +42,13 @@ def plot(path: pathlib.Path, out_dir: pathlib.Path) -> pathlib.Path:
             ax.axvspan(interval["from_s"] / 60, interval["to_s"] / 60, color="gold", alpha=0.2)
         ax.grid(alpha=0.3)
     workers.set_ylabel("workers (pods)\nsolid remote, dotted local")
-    workers.legend(ncol=4, fontsize=7, loc="upper right")
+    workers.legend(ncol=6, fontsize=6, loc="upper right")
     stall.set_ylabel("stall per 15 s (%)")
     stall.axhline(5, color="purple", linewidth=0.6)
     stall.set_ylim(-2, 102)
     cost.set_ylabel("spent so far ($)")
     cost.set_xlabel("minutes (dashed: changes; shaded: outages and crash loops)")
-    cost.legend(fontsize=7, loc="upper left")
+    cost.legend(ncol=2, fontsize=6, loc="upper left")
     fig.suptitle(f"{data['scenario']}: {data['description']}", fontsize=9)
     fig.tight_layout()
     out = out_dir / f"autoscale-{data['scenario']}.png"

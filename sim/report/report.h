@@ -31,17 +31,31 @@ struct SuiteOptions {
   ServiceLevel level;  // the oracle's constraints, and what makes a run "within the service level"
   // Applied to the PolicyConfig of "sluice" and "sluice-remote" (tests change a field through it).
   std::function<void(autoscaler::PolicyConfig&)> tune_sluice;
+  // Applied to every scenario before it is validated and run (sensitivity runs: a warm node pool's
+  // start latency, more local slots...).
+  std::function<void(Scenario&)> tune_scenario;
   std::function<void(const std::string&)> progress;  // one line per scenario and policy
 };
 
 // After one change of the workload: how long until the stall went under the target and stayed
 // there until the next change, and how many scaling decisions the policy took in that time.
+//
+// Counted two ways. From the change (`seconds`, `periods`, `decisions`): what the trainers saw.
+// From the stall's onset, less the pods' start (`decision_periods`): the decision periods the
+// policy itself took. A change may stall the trainers only later (a crash loop's first crash), and
+// no policy can end a stall before the pods it asks for have started (60 s for a remote node in
+// the scenarios: four 15 s periods), so `decision_periods` = the periods from the first stalled
+// period to the last, minus `pod_start_periods` (the start latency of the kind of pod the policy
+// added meanwhile, in periods; 0 when it added none), never below 0.
 struct ChangeOutcome {
   int at_s = 0;
   std::string label;
   std::optional<int> seconds;    // nullopt: the stall did not end before the next change
   std::optional<int> periods;    // seconds / decision period
   std::optional<int> decisions;  // scaling decisions (that acted) from the change until then
+  std::optional<int> stalled_periods;   // from the first period over the target to the last (0: no stall)
+  int pod_start_periods = 0;            // ceil(start latency of the pods added meanwhile / period)
+  std::optional<int> decision_periods;  // stalled_periods - pod_start_periods, at least 0
 };
 
 struct PolicyOutcome {
@@ -94,6 +108,10 @@ PecanHeadline ComputePecanHeadline(const std::vector<ScenarioOutcome>& outcomes)
 struct Summary {
   std::optional<int> max_decisions_to_no_stall;  // nullopt: some change never reached no stall
   std::string worst_decisions_scenario;
+  std::optional<int> max_decision_periods_to_no_stall;  // ChangeOutcome::decision_periods, worst change
+  std::string worst_decision_periods_scenario;
+  std::optional<int> max_periods_to_no_stall;  // ChangeOutcome::stalled_periods (pod start included), worst change
+  std::string worst_periods_scenario;
   double sluice_vs_pecan_cost = 0, sluice_vs_cachew_cost = 0, sluice_vs_oracle_cost = 0;
   std::string worst_pecan_scenario, worst_cachew_scenario, worst_oracle_scenario;
   int sluice_scale_downs_on_missing_data = 0;
