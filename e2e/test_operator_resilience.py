@@ -229,7 +229,9 @@ def test_two_replicas_one_leader_and_failover(cluster):
     leader, standby = spec["holderIdentity"], ({"op-a", "op-b"} - {spec["holderIdentity"]}).pop()
     cluster.wait_for(lambda: replicas[leader].metrics().get("sluice_operator_leader") == 1, 30, "the leader acting")
     assert replicas[standby].metrics()["sluice_operator_leader"] == 0
-    assert replicas[standby].http("/readyz")[0] == 200, "a standby is ready to take over"
+    # The standby's admin server listens before it has loaded its configuration (it answers 503
+    # "starting" until then); once it waits for the Lease it is ready to take over.
+    cluster.wait_for(lambda: replicas[standby].http("/readyz")[0] == 200, 30, "the standby ready to take over")
 
     cluster.apply(dataservice("h", replicas=2), namespace="ha")
     wait_ready(cluster, "ha", "h", 2)
