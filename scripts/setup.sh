@@ -15,6 +15,7 @@ PACKAGES=(
   zlib1g-dev python3-yaml python3-requests libcivetweb-dev lomiri-wallpapers-16.04
   dataset-fashion-mnist prometheus openssl python3-matplotlib
   podman mmdebstrap runc
+  curl iproute2   # the docs' commands use curl; their test (docs_commands) raises loopback with ip
 )
 # Images (scripts/images.sh, worker-image/): podman with runc (crun refuses the build machines' cgroup
 # layout; worker-image/containers.conf selects runc), mmdebstrap for the base. No recommends: no buildah,
