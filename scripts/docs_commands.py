@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Runs the commands of the documentation, so that none rots (ctest docs_commands).
 
-    scripts/docs_commands.py [--build DIR] [--tools DIR] [--list] [--verbose] [--no-isolation] [FILE.md ...]
+    scripts/docs_commands.py [--build DIR] [--tools DIR] [--list] [--verbose] [--block-timeout S] [--no-isolation]
+                             [FILE.md ...]
 
 Reads README.md and docs/*.md (or the files given) and runs every fenced shell block in order, one document after
 another. The rules, which docs/e2e.md#the-commands-of-the-docs describes for writers:
@@ -29,6 +30,7 @@ document or bad arguments.
 """
 
 import argparse
+import ctypes
 import glob
 import os
 import re
@@ -51,6 +53,17 @@ BLOCK_TIMEOUT = 150.0
 READY_TIMEOUT = 60.0
 STOP_GRACE = 15.0
 ISOLATED_ENV = "SLUICE_DOCS_COMMANDS_ISOLATED"
+
+
+def _die_with_parent(sigint_default=False):
+    """preexec_fn: the child gets SIGKILL when this runner dies (PR_SET_PDEATHSIG survives exec), so nothing it
+    started outlives it, even when ctest kills it on a timeout; optionally SIGINT back to its default."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if sigint_default:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 class DocError(Exception):
@@ -193,7 +206,7 @@ def isolate(argv, needed_paths):
     if unshare is None:
         print("docs-commands: no unshare: running in this machine's network namespace and /tmp", file=sys.stderr)
         return None
-    base = [unshare, "--net", "--mount", "--fork"] + ([] if os.geteuid() == 0 else ["--map-root-user"])
+    base = [unshare, "--net", "--mount", "--fork", "--kill-child"] + ([] if os.geteuid() == 0 else ["--map-root-user"])
     probe = subprocess.run(base + ["true"], capture_output=True, text=True)
     if probe.returncode != 0:
         print("docs-commands: cannot make a private network namespace (%s): running in this machine's"
@@ -201,7 +214,8 @@ def isolate(argv, needed_paths):
         return None
     env = dict(os.environ)
     env[ISOLATED_ENV] = "private-tmp" if _in_private_tmp(needed_paths) else "shared-tmp"
-    return subprocess.call(base + [sys.executable, os.path.abspath(__file__)] + argv, env=env)
+    return subprocess.call(base + [sys.executable, os.path.abspath(__file__)] + argv, env=env,
+                           preexec_fn=_die_with_parent)
 
 
 def setup_isolation():
@@ -209,13 +223,21 @@ def setup_isolation():
     mode = os.environ.get(ISOLATED_ENV)
     if not mode:
         return False
-    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
-    if mode != "private-tmp":
+    steps = [["ip", "link", "set", "lo", "up"]]
+    if mode == "private-tmp":
+        steps += [["mount", "--make-rprivate", "/"], ["mount", "-t", "tmpfs", "-o", "mode=1777", "docs-commands-tmp", "/tmp"]]
+    else:
         print("docs-commands: the build or tools directory is under /tmp: /tmp stays shared", file=sys.stderr)
-        return False
-    subprocess.run(["mount", "--make-rprivate", "/"], check=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=1777", "docs-commands-tmp", "/tmp"], check=True)
-    return True
+    for step in steps:
+        try:
+            result = subprocess.run(step, capture_output=True, text=True)
+        except OSError as exc:
+            raise DocError("cannot set up the private namespaces: %s: %s (iproute2 and mount are needed; "
+                           "or run with --no-isolation)" % (step[0], exc))
+        if result.returncode != 0:
+            raise DocError("cannot set up the private namespaces: `%s` failed: %s (or run with --no-isolation)"
+                           % (" ".join(step), result.stderr.strip()))
+    return mode == "private-tmp"
 
 
 def clean_tmp(keep):
@@ -274,27 +296,34 @@ def _tail(text, lines=40):
 def run_foreground(block, work, env, timeout=BLOCK_TIMEOUT, echo=None):
     """None when the block succeeded, else a message naming the file and line. `echo`: a stream to copy the
     block's output to."""
+    proc = subprocess.Popen(["bash", "--noprofile", "--norc", "-c", PRELUDE + block.script()], cwd=work, env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, preexec_fn=_die_with_parent)
     try:
-        result = subprocess.run(["bash", "--noprofile", "--norc", "-c", PRELUDE + block.script()], cwd=work,
-                                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, timeout=timeout, start_new_session=True)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode("utf-8", "replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        return "%s: the block did not finish within %d s\n%s" % (block.where, timeout, _tail(out))
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        return "%s: the block did not finish within %d s\n%s" % (block.where, timeout, _tail(output))
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # what the block left running in the background
+        except (ProcessLookupError, PermissionError):
+            pass
     if echo is not None:
-        echo.write(result.stdout)
-    if result.returncode == 0:
+        echo.write(output)
+    if proc.returncode == 0:
         return None
     m = None
-    for m in FAILED_LINE.finditer(result.stdout):
+    for m in FAILED_LINE.finditer(output):
         pass
     if m:
         offset = int(m.group(2))
         text = block.script().split("\n")
         command = text[offset - 1].strip() if 0 < offset <= len(text) else ""
         return "%s:%d: `%s` failed (exit status %s)\n%s" % (block.path, block.line + offset, command,
-                                                              m.group(1), _tail(result.stdout))
-    return "%s: the block exited with status %d\n%s" % (block.where, result.returncode, _tail(result.stdout))
+                                                              m.group(1), _tail(output))
+    return "%s: the block exited with status %d\n%s" % (block.where, proc.returncode, _tail(output))
 
 
 class Background:
@@ -308,8 +337,7 @@ class Background:
             fh = open(log, "wb")
             proc = subprocess.Popen(["bash", "--noprofile", "--norc", "-c", "exec " + command], cwd=work, env=env,
                                     stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-                                    start_new_session=True,
-                                    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                                    start_new_session=True, preexec_fn=lambda: _die_with_parent(sigint_default=True))
             fh.close()
             self.procs.append((block.line + 1 + offset, command, proc, log))
 
@@ -367,7 +395,7 @@ class Background:
         return problems
 
 
-def run_document(blocks, work, env, log_dir, out=sys.stdout, verbose=False):
+def run_document(blocks, work, env, log_dir, out=sys.stdout, verbose=False, timeout=BLOCK_TIMEOUT):
     """Runs one document's blocks; returns (ran, skipped, failures)."""
     ran, skipped, failures, background = 0, 0, [], []
     try:
@@ -382,7 +410,7 @@ def run_document(blocks, work, env, log_dir, out=sys.stdout, verbose=False):
                 background.append(bg)
                 problem = bg.wait_ready()
             else:
-                problem = run_foreground(block, work, env, echo=out if verbose else None)
+                problem = run_foreground(block, work, env, timeout=timeout, echo=out if verbose else None)
             ran += 1
             if problem:
                 failures.append(problem)
@@ -412,6 +440,8 @@ def main(argv=None):
                         help="Helm and kubectl's directory (default: $SLUICE_TOOLS_DIR, else .tools/)")
     parser.add_argument("--list", action="store_true", help="only list the shell blocks and how each would run")
     parser.add_argument("--verbose", action="store_true", help="print the output of every block that runs")
+    parser.add_argument("--block-timeout", type=float, default=BLOCK_TIMEOUT,
+                        help="seconds a block may run (default %(default)s)")
     parser.add_argument("--no-isolation", action="store_true",
                         help="run in this machine's network namespace and /tmp")
     args = parser.parse_args(argv)
@@ -437,7 +467,11 @@ def main(argv=None):
         code = isolate(argv, [args.build, args.tools, REPO, sys.executable])
         if code is not None:
             return code
-    private_tmp = setup_isolation()
+    try:
+        private_tmp = setup_isolation()
+    except DocError as exc:
+        print("docs-commands: %s" % exc, file=sys.stderr)
+        return 2
     root = tempfile.mkdtemp(prefix="sluice-docs-commands-")
     total_ran, total_skipped, failures = 0, 0, []
     try:
@@ -448,7 +482,8 @@ def main(argv=None):
         for _, blocks in documents:
             if private_tmp:
                 clean_tmp(root)
-            ran, skipped, failed = run_document(blocks, work, env, log_dir, verbose=args.verbose)
+            ran, skipped, failed = run_document(blocks, work, env, log_dir, verbose=args.verbose,
+                                                timeout=args.block_timeout)
             total_ran += ran
             total_skipped += skipped
             failures += failed

@@ -221,6 +221,57 @@ def test_a_background_process_that_exits_early_fails_naming_its_line(tmp_path):
     assert "cannot start" in result.stdout
 
 
+def test_a_block_past_its_timeout_fails_and_is_killed(tmp_path):
+    marker = tmp_path / "still-running"
+    result, md = run_runner(tmp_path, "slow.md", """
+        ```sh
+        echo started
+        sleep 30 && touch %s
+        ```
+        """ % marker, "--block-timeout", "1")
+    assert result.returncode == 1
+    assert "FAIL %s:1: the block did not finish within 1 s" % md in result.stdout and "started" in result.stdout
+    assert not marker.exists()
+
+
+def _can_isolate():
+    base = ["unshare", "--net", "--mount", "--fork"] + ([] if os.geteuid() == 0 else ["--map-root-user"])
+    try:
+        return subprocess.run(base + ["true"], capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _can_isolate(), reason="no private network and mount namespaces on this machine "
+                                               "(needs root or unprivileged user namespaces)")
+def test_isolation_gives_a_private_network_and_tmp(tmp_path):
+    """Loopback only, and a /tmp of its own (the build tree lives outside /tmp here, as it must for that)."""
+    import shutil
+    import tempfile
+    probe = "/tmp/docs-commands-probe-%d" % os.getpid()
+    outside = tempfile.mkdtemp(prefix="docs-commands-test-", dir="/var/tmp")
+    open(probe, "w").close()
+    try:
+        os.makedirs(os.path.join(outside, "build", "bin"))
+        md = tmp_path / "iso.md"
+        md.write_text(doc("""
+            ```sh
+            test "$(ip -o link show | wc -l)" = 1
+            ip -o link show | grep -q ': lo:'
+            test ! -e %s
+            touch /tmp/made-inside
+            ```
+            """ % probe))
+        result = subprocess.run([sys.executable, SCRIPT, "--build", os.path.join(outside, "build"),
+                                 "--tools", os.path.join(outside, "tools"), str(md)],
+                                capture_output=True, text=True, timeout=120)
+    finally:
+        os.unlink(probe)
+        shutil.rmtree(outside, ignore_errors=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not os.path.exists("/tmp/made-inside")
+
+
 def test_a_malformed_document_exits_2_without_running_anything(tmp_path):
     result, md = run_runner(tmp_path, "bad.md", """
         ```sh
@@ -297,3 +348,38 @@ def test_security_networkpolicy_example_matches_the_code():
                     assert labels["sluice.dev/role"] in ("dispatcher", "worker")
     assert 'kLabelRole[] = "sluice.dev/role"' in manifests
     assert 'kLabelDataService[] = "sluice.dev/dataservice"' in manifests
+
+
+def _anchors(path):
+    """GitHub's anchors of a Markdown file's headings (lowercase, punctuation dropped, spaces to hyphens)."""
+    out, fenced = set(), False
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.lstrip().startswith(("```", "~~~")):
+                fenced = not fenced
+                continue
+            m = None if fenced else re.match(r"^#+\s+(.*?)\s*#*\s*$", line)
+            if m:
+                out.add(re.sub(r"[^\w\- ]", "", m.group(1).lower()).replace(" ", "-"))
+    return out
+
+
+def test_every_relative_link_of_the_docs_resolves():
+    """README.md and docs/*.md link to files that exist and to headings those files have."""
+    broken = []
+    for path in dc.default_files():
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+        text = re.sub(r"(`{3,}|~{3,}).*?\1", "", text, flags=re.S)  # fenced blocks
+        text = re.sub(r"`[^`\n]*`", "", text)  # code spans
+        for link in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", link):
+                continue  # http:, mailto:, ...
+            target, _, anchor = link.partition("#")
+            resolved = os.path.normpath(os.path.join(os.path.dirname(path), target)) if target else path
+            where = "%s: (%s)" % (os.path.relpath(path, REPO), link)
+            if not os.path.exists(resolved):
+                broken.append(where + " names no file")
+            elif anchor and resolved.endswith(".md") and anchor not in _anchors(resolved):
+                broken.append(where + " names no heading of " + os.path.relpath(resolved, REPO))
+    assert not broken, "\n".join(broken)
