@@ -25,8 +25,8 @@ Blocks run in a scratch directory that looks like the repository (its top-level 
 build tree, `.tools` the tools directory) with `build/bin` and `.tools/bin` first on PATH, HOME in the scratch
 directory and KUBECONFIG unset. Where it can (root, or unprivileged user namespaces), the whole run is in a
 private network namespace (only loopback: the fixed ports of the docs never meet another process's) with a
-private /tmp (emptied between documents). Exit status: 0 when every block passed, 1 otherwise, 2 on a malformed
-document or bad arguments.
+private /tmp (emptied between documents), and in a pid namespace, so that nothing it started outlives it.
+Exit status: 0 when every block passed, 1 otherwise, 2 on a malformed document or bad arguments.
 """
 
 import argparse
@@ -206,7 +206,10 @@ def isolate(argv, needed_paths):
     if unshare is None:
         print("docs-commands: no unshare: running in this machine's network namespace and /tmp", file=sys.stderr)
         return None
-    base = [unshare, "--net", "--mount", "--fork", "--kill-child"] + ([] if os.geteuid() == 0 else ["--map-root-user"])
+    # A pid namespace too: when the runner (its first process) dies, the kernel kills everything the blocks
+    # started, grandchildren included.
+    base = [unshare, "--net", "--mount", "--pid", "--fork", "--kill-child"] + (
+        [] if os.geteuid() == 0 else ["--map-root-user"])
     probe = subprocess.run(base + ["true"], capture_output=True, text=True)
     if probe.returncode != 0:
         print("docs-commands: cannot make a private network namespace (%s): running in this machine's"

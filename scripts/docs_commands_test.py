@@ -235,7 +235,7 @@ def test_a_block_past_its_timeout_fails_and_is_killed(tmp_path):
 
 
 def _can_isolate():
-    base = ["unshare", "--net", "--mount", "--fork"] + ([] if os.geteuid() == 0 else ["--map-root-user"])
+    base = ["unshare", "--net", "--mount", "--pid", "--fork"] + ([] if os.geteuid() == 0 else ["--map-root-user"])
     try:
         return subprocess.run(base + ["true"], capture_output=True).returncode == 0
     except OSError:
