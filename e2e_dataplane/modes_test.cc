@@ -105,14 +105,17 @@ TEST_CASE("Job sharing: two clients of one job name split one epoch without over
 }
 
 TEST_CASE("Cross-job sharing: two jobs see every element - each worker ran the pipeline once") {
-  // The sharing window holds the whole dataset, so the second job can join the run whenever its
-  // task arrives; the first job's client reads at most a few elements ahead (tiny buffers).
-  // Both jobs exist before the workers register, so each worker gets both tasks in one heartbeat
-  // answer and starts them together: the second joins the shared run before the first job's
-  // client can even connect (its buffer of 4 elements holds the first job back until then).
+  // The sharing window holds the whole dataset, so the second job joins the first one's run
+  // whenever its task arrives; the clients read at most a few elements ahead (tiny buffers).
+  // Both workers are registered before the jobs exist, so each job gets a task on each of them:
+  // a job under SHARDING_OFF ends once the tasks it has have produced everything (here into the
+  // sharing window, within a fraction of a second), so a worker registering later would serve
+  // neither job (seen on a loaded machine when the jobs came first).
   auto options = TestServiceOptions();
   options.worker_flags = {"--sharing_window_elements=4096", "--buffer_elements=4"};
   auto service = StartService(0, options);
+  for (int w = 0; w < 2; ++w) REQUIRE(service->AddWorker().ok());
+  REQUIRE(service->WaitForWorkers(2, absl::Seconds(30)).ok());
   const auto def = RangePipeline(1500, 100);
   auto job_options = ClientOptions(service->dispatcher_address(), def, service::SHARDING_OFF);
   job_options.cross_job_sharing = true;
@@ -123,7 +126,6 @@ TEST_CASE("Cross-job sharing: two jobs see every element - each worker ran the p
   job_options.job_name = "model-b";
   auto b = MakeClient(job_options);
   REQUIRE(a->job_id() != b->job_id());
-  for (int w = 0; w < 2; ++w) REQUIRE(service->AddWorker().ok());
   std::vector<int64_t> from_a, from_b;
   ReadBothToEnd(*a, *b, &from_a, &from_b);
   INFO(service->Logs());
