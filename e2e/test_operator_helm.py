@@ -164,6 +164,8 @@ class ChartOperator(Operator):
         self.chart_args = args
         super().__init__(cluster, name=identity)
         if os.environ.get("SLUICE_E2E_OPERATOR_FROM_IMAGE") == "1":
+            # runc and explicit ulimits on this host (worker-image/containers.conf); podman inherits it.
+            os.environ.setdefault("CONTAINERS_CONF", os.path.join(REPO, "worker-image", "containers.conf"))
             assert sc.get("readOnlyRootFilesystem") and sc["capabilities"]["drop"] == ["ALL"]
             self.argv = ["podman", "run", "--rm", "--name", "%s-%d" % (identity, os.getpid()),
                          "--network", "host", "--read-only", "--cap-drop=ALL", "--security-opt=no-new-privileges",
@@ -298,6 +300,8 @@ def test_chart_objects_are_applied(env):
     lease = env.cluster.wait_for(lambda: env.cluster.get("coordination.k8s.io/v1", "Lease", "sluice-operator",
                                                          RELEASE_NS), DEADLINE_S, "the operator's Lease")
     assert lease["spec"]["holderIdentity"] == env.operator.name
+    if os.environ.get("SLUICE_E2E_OPERATOR_FROM_IMAGE") == "1":
+        assert env.operator.argv[:2] == ["podman", "run"] and rendered_image() in env.operator.argv
 
 
 def test_example_becomes_ready(env, example):
