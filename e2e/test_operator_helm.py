@@ -9,7 +9,7 @@ to kernel-picked loopback ports) — the built binary, or with SLUICE_E2E_OPERAT
 scripts/images.sh built, run under podman as the chart's securityContext says. A process node runs the pods.
 
 On a real cluster (KUBECONFIG set): `helm install` of the chart (image from $SLUICE_E2E_IMAGE, default
-localhost/sluice:<chart appVersion>) into $SLUICE_E2E_RELEASE_NAMESPACE (default sluice-e2e-system), and the
+localhost/sluice:<chart appVersion>) into $SLUICE_E2E_RELEASE_NAMESPACE (default sluice-system), and the
 cluster's nodes run the pods ($SLUICE_E2E_DISPATCHER_IMAGE / $SLUICE_E2E_WORKER_IMAGE).
 
 Then, both ways: examples/dataservice-minimal.yaml (images and listen flags set for this environment) is applied

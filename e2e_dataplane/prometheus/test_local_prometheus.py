@@ -2,8 +2,8 @@
 
 A dispatcher, two workers (one `local`, one `remote` placement) and a training consumer run as processes; a
 Prometheus with a generated configuration scrapes the three daemons every second, with the target labels the
-chart's PodMonitor gives pods (namespace, sluice_role, sluice_dataservice; honor_labels), and loads the chart's rules file
-(helm/sluice/files/rules.yaml, the alerts' `for` cut to 2 s). Checked against live data:
+chart's PodMonitor gives pods (namespace, sluice_role, sluice_dataservice; honor_labels), and loads the
+chart's rules file (helm/sluice/files/rules.yaml, the alerts' `for` cut to 2 s). Checked against live data:
 - every metric helm/exported-metrics.txt lists for the dispatcher and the worker is in Prometheus, with sane values;
 - every recording rule and alert evaluates without error, and the recorded series the dashboard and alerts read
   exist with sane values (stall ratio in [0, 1], demand and supply > 0, one local and one remote worker);
