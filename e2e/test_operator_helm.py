@@ -60,9 +60,13 @@ print(json.dumps({"values": [int(e["value"]) for e in ds], "stats": ds.stats()})
 
 
 def tool(path, name):
+    """The path of helm or kubectl; missing, it fails the suite under ctest ($SLUICE_E2E_REQUIRE_BINARIES=1) and
+    skips it otherwise."""
     if not os.access(path, os.X_OK):
-        pytest.fail("%s is missing: scripts/setup.sh installs %s into .tools/bin (or set SLUICE_TOOLS_DIR)"
-                    % (path, name))
+        message = "%s is missing: scripts/setup.sh installs %s into .tools/bin (or set SLUICE_TOOLS_DIR)" % (path, name)
+        if os.environ.get("SLUICE_E2E_REQUIRE_BINARIES") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
     return path
 
 
