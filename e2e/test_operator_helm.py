@@ -226,6 +226,9 @@ def env(tmp_path_factory):
                 env=kubectl.env, timeout=240)
             cluster.create_namespace(NS)
             yield e
+            # The test namespace goes first, while the installed operator still releases finalizers.
+            kubectl("delete", "namespace", NS, "--wait=true", "--timeout=120s", "--ignore-not-found", timeout=150)
+            cluster.namespaces = [n for n in cluster.namespaces if n != NS]
             run([HELM, "uninstall", RELEASE, "--namespace", RELEASE_NS, "--wait"], env=kubectl.env, check=False)
             return
         require_binary("sluice-dispatcher")

@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import socket
-import subprocess
 import sys
 import time
 import urllib.parse
