@@ -124,7 +124,8 @@ class ProcessNode:
 
 
 class Cluster:
-    def __init__(self, workdir=None, kubeconfig=None, apiserver_args=(), python=sys.executable, users=None):
+    def __init__(self, workdir=None, kubeconfig=None, apiserver_args=(), python=sys.executable, users=None,
+                 tls=False):
         self.kubeconfig = kubeconfig if kubeconfig is not None else os.environ.get("KUBECONFIG")
         self.real = bool(self.kubeconfig)
         self._own_workdir = workdir is None
@@ -142,6 +143,9 @@ class Cluster:
         self.users = dict(users or {})
         self._node_index = 0
         self._slot = None
+        # Serve HTTPS with a self-signed certificate for 127.0.0.1 (kubectl sends no bearer token over plain HTTP).
+        self.tls = tls
+        self.ca_file = None
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -156,8 +160,17 @@ class Cluster:
             for i, (user, groups) in enumerate(sorted(self.users.items())):
                 fh.write('%s,%s,%d,"%s"\n' % (self._token_of(user), user, 100 + i, ",".join(groups)))
         port_file = os.path.join(self.workdir, "apiserver.port")
+        if os.path.exists(port_file):
+            os.unlink(port_file)  # a reused workdir: wait for this server's port, not the last one's
         argv = [self.python, "-m", "e2e.apiserver", "--port", "0", "--port-file", port_file,
                 "--token-file", tokens] + self.apiserver_args
+        if self.tls:
+            self.ca_file = os.path.join(self.workdir, "apiserver.crt")
+            key = os.path.join(self.workdir, "apiserver.key")
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                            "-subj", "/CN=sluice-e2e-apiserver", "-addext", "subjectAltName=IP:127.0.0.1",
+                            "-keyout", key, "-out", self.ca_file], check=True, capture_output=True)
+            argv += ["--tls-cert", self.ca_file, "--tls-key", key]
         self.server = ManagedProcess(argv, os.path.join(self.workdir, "apiserver.log"))
         try:
             wait_until(lambda: os.path.exists(port_file) or not self.server.alive(), timeout,
@@ -171,9 +184,11 @@ class Cluster:
             raise RuntimeError("the test API server exited:\n" + tail)
         with open(port_file) as fh:
             port = int(fh.read())
-        self.url = "http://127.0.0.1:%d" % port
-        self.kubeconfig = write_kubeconfig(os.path.join(self.workdir, "kubeconfig"), self.url, ADMIN_TOKEN)
-        self.client = KubeClient(KubeConfig(self.url, token=ADMIN_TOKEN), user_agent="sluice-e2e/1.0")
+        self.url = "%s://127.0.0.1:%d" % ("https" if self.tls else "http", port)
+        self.kubeconfig = write_kubeconfig(os.path.join(self.workdir, "kubeconfig"), self.url, ADMIN_TOKEN,
+                                           ca_file=self.ca_file)
+        self.client = KubeClient(KubeConfig(self.url, token=ADMIN_TOKEN, ca_file=self.ca_file),
+                                 user_agent="sluice-e2e/1.0")
         return self
 
     def teardown(self):
@@ -257,7 +272,7 @@ class Cluster:
         if user not in self.users:
             raise KeyError("user %r was not given to Cluster(users=...)" % user)
         path = os.path.join(self.workdir, "kubeconfig-" + self._token_of(user))
-        return write_kubeconfig(path, self.url, self._token_of(user))
+        return write_kubeconfig(path, self.url, self._token_of(user), ca_file=self.ca_file)
 
     # ------------------------------------------------------------------------------------------ test server admin
 

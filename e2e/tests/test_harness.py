@@ -45,6 +45,30 @@ def test_local_cluster_lifecycle(tmp_path):
     assert not server.alive()
 
 
+def test_tls_cluster_and_a_reused_workdir(tmp_path):
+    """tls=True serves HTTPS with a certificate for 127.0.0.1 that the kubeconfigs trust; a second cluster in the
+    same workdir waits for its own server's port, not the port file the first one left."""
+    first = harness.Cluster(str(tmp_path), kubeconfig="", tls=True, users={"alice": []}).start()
+    try:
+        assert first.url.startswith("https://127.0.0.1:")
+        with open(first.kubeconfig) as fh:
+            doc = yaml.safe_load(fh)
+        assert doc["clusters"][0]["cluster"]["certificate-authority"] == first.ca_file
+        client = KubeClient.from_kubeconfig(first.kubeconfig)
+        assert client.get("/api/v1/namespaces/default")["metadata"]["name"] == "default"
+        client.close()
+        with open(first.kubeconfig_for("alice")) as fh:
+            assert yaml.safe_load(fh)["clusters"][0]["cluster"]["certificate-authority"] == first.ca_file
+    finally:
+        first.teardown()
+    second = harness.Cluster(str(tmp_path), kubeconfig="").start()
+    try:
+        assert second.url.startswith("http://") and second.url != first.url
+        assert second.client.get("/api/v1/namespaces/default")["metadata"]["name"] == "default"
+    finally:
+        second.teardown()
+
+
 def test_kubeconfig_means_a_real_cluster(tmp_path, monkeypatch):
     with harness.Cluster(str(tmp_path / "local"), kubeconfig="") as local:
         monkeypatch.setenv("KUBECONFIG", local.kubeconfig)
