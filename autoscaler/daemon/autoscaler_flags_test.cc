@@ -123,7 +123,7 @@ TEST_CASE("malformed flags are refused, naming the flag", "[flags][malformed]") 
   CHECK(absl::StrContains(ErrorOf({"--lease-duration-seconds=abc"}), "--lease-duration-seconds"));
 }
 
-TEST_CASE("the YAML config file: keys are flag names; the command line wins", "[flags][config]") {
+TEST_CASE("the YAML config file: keys are flag names, and the command line wins", "[flags][config]") {
   testing::TempDir dir;
   testing::WriteFile(dir.File("a.yaml"),
                      "# the autoscaler's settings\n"
