@@ -495,7 +495,7 @@ absl::StatusOr<AutoscalerBenchResult> BenchRun::Run() {
 
 }  // namespace
 
-double Median(std::vector<double> v) {
+double PeriodMedian(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -528,8 +528,8 @@ std::string AutoscalerResultJson(const AutoscalerBenchResult& r) {
   std::vector<double> cpu, rss;
   for (double c : r.cpu_core_fraction) cpu.push_back(round(c, 1e-4));
   for (double m : r.rss_mib) rss.push_back(round(m, 0.1));
-  const double cpu_median = Median(r.cpu_core_fraction);
-  const double rss_median = Median(r.rss_mib);
+  const double cpu_median = PeriodMedian(r.cpu_core_fraction);
+  const double rss_median = PeriodMedian(r.rss_mib);
   const double periods = r.cpu_core_fraction.empty() ? 1 : static_cast<double>(r.cpu_core_fraction.size());
   json out = {
       {"benchmark", "autoscaler"},

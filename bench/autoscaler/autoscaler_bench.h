@@ -73,7 +73,7 @@ absl::StatusOr<AutoscalerBenchResult> MeasureAutoscaler(const AutoscalerBenchOpt
 std::string AutoscalerResultJson(const AutoscalerBenchResult& result);
 
 // Median of `v` (0 when empty).
-double Median(std::vector<double> v);
+double PeriodMedian(std::vector<double> v);
 
 int RunAutoscalerBenchmark(const AutoscalerBenchOptions& options);
 

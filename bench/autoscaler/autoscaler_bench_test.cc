@@ -10,10 +10,10 @@ namespace sluice::bench {
 namespace {
 
 TEST_CASE("median") {
-  CHECK(Median({}) == 0);
-  CHECK(Median({3}) == 3);
-  CHECK(Median({5, 1, 3}) == 3);
-  CHECK(Median({4, 1, 3, 2}) == 2.5);
+  CHECK(PeriodMedian({}) == 0);
+  CHECK(PeriodMedian({3}) == 3);
+  CHECK(PeriodMedian({5, 1, 3}) == 3);
+  CHECK(PeriodMedian({4, 1, 3, 2}) == 2.5);
 }
 
 TEST_CASE("a small run of 20 autoscaled DataServices", "[integration]") {
