@@ -469,5 +469,7 @@ def test_two_replicas_only_the_leader_acts_and_the_standby_takes_over(cluster, p
                      .get("holderIdentity") == standby.name, 60, "the standby to take the Lease")
     cluster.wait_for(lambda: get_ds(cluster, "lead")["spec"]["workers"].get("replicas") == want2, 60,
                      "the new leader to scale to %d" % want2)
-    assert {e["reportingInstance"] for e in autoscaler_events(cluster, "lead", "ScaledUp")} == {holder, standby.name}
+    # The Event follows the spec and status writes.
+    cluster.wait_for(lambda: {e["reportingInstance"] for e in autoscaler_events(cluster, "lead", "ScaledUp")}
+                     == {holder, standby.name}, 30, "the new leader's ScaledUp Event")
     assert standby.metric("sluice_autoscaler_leader") == 1
