@@ -26,6 +26,7 @@ TEST_CASE("a small run of 20 autoscaled DataServices", "[integration]") {
   o.timeout_seconds = 240;
   o.quiet = true;
   auto result = MeasureAutoscaler(o, nullptr);
+  INFO(result.status().ToString());
   REQUIRE(result.ok());
   CHECK(result->dataservices == 20);
   CHECK(result->pods == 60);
