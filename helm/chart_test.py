@@ -350,6 +350,18 @@ def test_deploy_is_rendered_from_the_chart():
     docs = [d for d in yaml.safe_load_all(open(os.path.join(SOURCE, "deploy", "operator", "rbac.yaml"))) if d]
     assert {d["kind"] for d in docs} == {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
                                          "RoleBinding"}
+    # deploy/autoscaler/: the autoscaler's objects only (least privilege: its own ServiceAccount and rules).
+    docs = [d for d in yaml.safe_load_all(open(os.path.join(SOURCE, "deploy", "autoscaler", "rbac.yaml"))) if d]
+    assert {d["kind"] for d in docs} == {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
+                                         "RoleBinding"}
+    assert all(d["metadata"]["name"].startswith("sluice-autoscaler") for d in docs if d["kind"] != "Namespace")
+    rules = [r for d in docs if d["kind"] == "ClusterRole" for r in d["rules"]]
+    assert not any("*" in r["verbs"] or "*" in r["resources"] for r in rules), rules
+    assert not any(v in r["verbs"] for r in rules for v in ("create", "delete", "update")
+                   if r["resources"] != ["events"]), rules
+    docs = [d for d in yaml.safe_load_all(open(os.path.join(SOURCE, "deploy", "autoscaler", "deployment.yaml"))) if d]
+    assert [d["kind"] for d in docs] == ["Deployment", "Service"]
+    assert docs[0]["spec"]["template"]["spec"]["containers"][0]["command"] == ["sluice-autoscaler"]
 
 
 def test_chart_version_follows_the_project_version():

@@ -3,7 +3,9 @@
 #   - helm/sluice/crds/ becomes a copy of crds/ (Helm installs a chart's crds/ folder; a symlink would make
 #     every helm command warn and breaks on systems without symlinks);
 #   - deploy/operator/rbac.yaml and deployment.yaml are rendered from the chart (release `sluice` in
-#     namespace sluice-system, default values) for `kubectl apply` without Helm.
+#     namespace sluice-system, default values) for `kubectl apply` without Helm;
+#   - deploy/autoscaler/rbac.yaml and deployment.yaml likewise, with autoscaler.enabled=true (only the
+#     autoscaler's objects: its ServiceAccount, least-privilege rules, Deployment and metrics Service).
 # ctest helm_chart (helm/chart_test.py) fails when either is stale and names this script.
 # Usage: scripts/sync-chart.sh [--check]   --check: change nothing, exit 1 if anything is stale.
 set -euo pipefail
@@ -15,7 +17,7 @@ check=0
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-mkdir -p "$out/crds" "$out/deploy/operator"
+mkdir -p "$out/crds" "$out/deploy/operator" "$out/deploy/autoscaler"
 cp crds/*.yaml "$out/crds/"
 render() { "$HELM" template sluice helm/sluice --namespace sluice-system "${@/#/--show-only=templates/}"; }
 {
@@ -41,6 +43,35 @@ HEAD
 HEAD
   render operator-deployment.yaml metrics-service.yaml
 } >"$out/deploy/operator/deployment.yaml"
+# The autoscaler's documents only (the shared templates also render the operator's).
+render_autoscaler() { "$HELM" template sluice helm/sluice --namespace sluice-system --set autoscaler.enabled=true \
+  "${@/#/--show-only=templates/}" | awk 'BEGIN { RS = "---\n" }
+    index($0, "\n  name: sluice-autoscaler") && index($0, "app.kubernetes.io/component: operator") == 0 { printf "---\n%s", $0 }'; }
+{
+  cat <<'HEAD'
+# Rendered from the Helm chart helm/sluice by scripts/sync-chart.sh (release sluice, namespace sluice-system,
+# default values and autoscaler.enabled=true): do not edit; change the chart and run the script. With Helm, prefer
+#   helm install sluice helm/sluice -n sluice-system --create-namespace --set autoscaler.enabled=true
+# Without Helm, after deploy/operator/ (the CRD, the namespace and the operator), apply this file, then deployment.yaml:
+#   kubectl apply -f deploy/autoscaler/rbac.yaml -f deploy/autoscaler/deployment.yaml
+# Least privilege (helm/rbac-usage.yaml names the code behind every rule); e2e/test_autoscaler.py runs the real
+# autoscaler authorized by exactly these rules.
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: sluice-system
+HEAD
+  render_autoscaler serviceaccount.yaml autoscaler-rbac.yaml
+} >"$out/deploy/autoscaler/rbac.yaml"
+{
+  cat <<'HEAD'
+# Rendered from the Helm chart helm/sluice by scripts/sync-chart.sh (release sluice, namespace sluice-system,
+# default values and autoscaler.enabled=true): do not edit; change the chart and run the script. sluice-autoscaler
+# with two replicas and leader election, scraping the dispatchers directly (set --prometheus-url, or the chart's
+# prometheus.url, to query Prometheus), and the Service in front of its /metrics. docs/autoscaling.md.
+HEAD
+  render_autoscaler autoscaler-deployment.yaml metrics-service.yaml
+} >"$out/deploy/autoscaler/deployment.yaml"
 
 stale=()
 for f in crds/*.yaml; do
@@ -49,7 +80,7 @@ done
 for f in helm/sluice/crds/*.yaml; do
   [ -f "crds/$(basename "$f")" ] || stale+=("$f (no crds/$(basename "$f"))")
 done
-for f in deploy/operator/rbac.yaml deploy/operator/deployment.yaml; do
+for f in deploy/operator/rbac.yaml deploy/operator/deployment.yaml deploy/autoscaler/rbac.yaml deploy/autoscaler/deployment.yaml; do
   cmp -s "$out/$f" "$f" || stale+=("$f")
 done
 if [ ${#stale[@]} -eq 0 ]; then exit 0; fi
@@ -60,4 +91,6 @@ fi
 rm -f helm/sluice/crds/*.yaml
 cp "$out"/crds/*.yaml helm/sluice/crds/
 cp "$out/deploy/operator/rbac.yaml" "$out/deploy/operator/deployment.yaml" deploy/operator/
+mkdir -p deploy/autoscaler
+cp "$out/deploy/autoscaler/rbac.yaml" "$out/deploy/autoscaler/deployment.yaml" deploy/autoscaler/
 echo "sync-chart.sh: updated ${stale[*]}" >&2

@@ -83,6 +83,45 @@ std::vector<std::string> DataServiceIndex(const json& pod) {
 
 bool AutoscalingEnabled(const json& ds) { return Field(ds, {"spec", "autoscaling", "enabled"}) == true; }
 
+// A DataService as cached: what the autoscaler reads of it (the spec; status.autoscaler and the
+// operator's counts; of managedFields only the entries touching spec.workers, reduced to it),
+// packed as JSON text (kube/packed_object.h), with the generation and whether autoscaling is on
+// kept beside it for the event handlers. A thousand DataServices with their status.autoscaler
+// take a few megabytes so, instead of tens as JSON trees.
+json CompactDataService(json&& ds) {
+  if (ds.contains("status") && ds["status"].is_object()) {
+    json& status = ds["status"];
+    status.erase("conditions");
+    status.erase("autoOrder");
+  }
+  if (ds.contains("metadata") && ds["metadata"].is_object()) {
+    json& meta = ds["metadata"];
+    meta.erase("annotations");  // kubectl's last-applied-configuration can be large
+    if (meta.contains("managedFields") && meta["managedFields"].is_array()) {
+      json kept = json::array();
+      for (json& entry : meta["managedFields"]) {
+        const json& workers = Field(entry, {"fieldsV1", "f:spec", "f:workers"});
+        if (!workers.is_object()) continue;
+        json reduced = {{"manager", entry.value("manager", "")}, {"operation", entry.value("operation", "")},
+                        {"fieldsV1", {{"f:spec", {{"f:workers", workers}}}}}};
+        if (entry.contains("subresource")) reduced["subresource"] = entry["subresource"];
+        kept.push_back(std::move(reduced));
+      }
+      meta["managedFields"] = std::move(kept);
+    }
+  }
+  const json generation = Field(ds, {"metadata", "generation"});
+  const bool enabled = AutoscalingEnabled(ds);
+  json packed = kube::PackObject(std::move(ds));
+  packed["metadata"]["generation"] = generation;
+  packed["autoscalingEnabled"] = enabled;
+  return packed;
+}
+
+bool CachedEnabled(const json& cached) {
+  return kube::IsPacked(cached) ? cached.value("autoscalingEnabled", false) : AutoscalingEnabled(cached);
+}
+
 }  // namespace
 
 kube::ResourceRef DataServicesResource() { return kube::ResourceRef{"sluice.dev", "v1alpha1", "dataservices", true}; }
@@ -129,10 +168,10 @@ AutoscalerController::AutoscalerController(kube::Client* client, AutoscalerOptio
     return reflectors_.back().get();
   };
   // DataServices keep their managedFields: who owns spec.workers.replicas is part of the decision.
-  kube::Reflector* ds = reflector(&dataservices_, DataServicesResource(), "", [](json&& o) { return std::move(o); });
+  kube::Reflector* ds = reflector(&dataservices_, DataServicesResource(), "", CompactDataService);
   ds->AddEventHandler(kube::ResourceEventHandler{
       .on_add = [this](const kube::ObjectPtr& o) {
-        if (AutoscalingEnabled(*o)) queue_.Add(kube::ObjectKey(*o));
+        if (CachedEnabled(*o)) queue_.Add(kube::ObjectKey(*o));
       },
       .on_update =
           [this](const kube::ObjectPtr& before, const kube::ObjectPtr& after) {
@@ -249,7 +288,9 @@ absl::StatusOr<kube::ReconcileResult> AutoscalerController::ReconcileKey(const s
   const std::string ns = parts.size() == 2 ? parts[0] : "";
   const std::string name = parts.size() == 2 ? parts[1] : key;
   const absl::Time now = options_.clock->Now();
-  kube::ObjectPtr cached = dataservices_.Get(key);
+  kube::ObjectPtr packed = dataservices_.Get(key);
+  const json unpacked = packed == nullptr ? json() : kube::UnpackObject(*packed);
+  const json* cached = packed == nullptr || !unpacked.is_object() ? nullptr : &unpacked;
   if (cached == nullptr || !AutoscalingEnabled(*cached)) {
     bool known = false;
     {
@@ -284,7 +325,7 @@ absl::StatusOr<kube::ReconcileResult> AutoscalerController::ReconcileKey(const s
       if (it->second.generation == generation && now - it->second.decided < options_.period) {
         return kube::ReconcileResult{.requeue_after = options_.period - (now - it->second.decided)};
       }
-      object["status"]["autoscaler"] = it->second.status;  // newer than the cached object's
+      object["status"]["autoscaler"] = json::parse(it->second.status);  // newer than the cached object's
     }
   }
 
@@ -367,11 +408,13 @@ absl::StatusOr<kube::ReconcileResult> AutoscalerController::ReconcileKey(const s
 
   // Status: written when something significant changed, or every status_interval.
   json significant = SignificantStatus(plan.status);
+  const std::string significant_text = significant.dump();
   bool write = true;
   {
     absl::MutexLock lock(&mu_);
     auto it = memory_.find(key);
-    if (it != memory_.end() && it->second.significant == significant && now - it->second.written < options_.status_interval) {
+    if (it != memory_.end() && it->second.significant == significant_text &&
+        now - it->second.written < options_.status_interval) {
       write = false;
     }
     if (it == memory_.end()) {
@@ -415,11 +458,11 @@ absl::StatusOr<kube::ReconcileResult> AutoscalerController::ReconcileKey(const s
   {
     absl::MutexLock lock(&mu_);
     Memory& m = memory_[key];
-    m.status = plan.status;
+    m.status = plan.status.dump();
     m.decided = now;
     m.generation = generation;
     if (write) {
-      m.significant = significant;
+      m.significant = significant_text;
       m.written = now;
     }
   }

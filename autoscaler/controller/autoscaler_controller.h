@@ -7,6 +7,7 @@
 // it owns as `sluice-autoscaler` (a 409 from another owner is reported, never forced), apply
 // status.autoscaler through the status subresource, and record Events.
 //
+// DataServices are cached compacted and packed as JSON text (what the autoscaler reads of them).
 // The latest status.autoscaler of each DataService is also kept in memory: status writes are
 // coalesced (written when something significant changed, else at most every `status_interval`),
 // and the policy's history is read from memory while this process leads, from the object after a
@@ -77,8 +78,8 @@ class AutoscalerController {
 
  private:
   struct Memory {
-    nlohmann::json status;       // the last status.autoscaler planned
-    nlohmann::json significant;  // its significant part, as last written
+    std::string status;       // the last status.autoscaler planned (JSON text: a fifth of a JSON tree's memory)
+    std::string significant;  // its significant part, as last written (JSON text)
     absl::Time written = absl::InfinitePast();
     absl::Time decided = absl::InfinitePast();
     int64_t generation = -1;

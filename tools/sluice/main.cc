@@ -17,6 +17,9 @@
 #ifdef SLUICE_HAVE_OPERATOR_BENCH
 #include "bench/operator/operator_bench.h"
 #endif
+#ifdef SLUICE_HAVE_AUTOSCALER_BENCH
+#include "bench/autoscaler/autoscaler_bench.h"
+#endif
 #ifdef SLUICE_HAVE_AUTOSCALE_BENCH
 #include "bench/autoscale/autoscale_bench.h"
 #endif
@@ -101,6 +104,13 @@ int main(int argc, char** argv) {
       "operator", "DataService operator at scale against the test API server and simulated nodes");
   sluice::bench::AddOperatorBenchFlags(bench_operator, operator_bench);
   bench_operator->callback([&] { rc = sluice::bench::RunOperatorBenchmark(operator_bench); });
+#endif
+#ifdef SLUICE_HAVE_AUTOSCALER_BENCH
+  sluice::bench::AutoscalerBenchOptions autoscaler_bench;
+  auto* bench_autoscaler = bench->add_subcommand(
+      "autoscaler", "sluice-autoscaler's memory and CPU with many autoscaled DataServices (test API server)");
+  sluice::bench::AddAutoscalerBenchFlags(bench_autoscaler, autoscaler_bench);
+  bench_autoscaler->callback([&] { rc = sluice::bench::RunAutoscalerBenchmark(autoscaler_bench); });
 #endif
 #ifdef SLUICE_HAVE_AUTOSCALE_BENCH
   sluice::bench::AutoscaleBenchOptions autoscale_bench;

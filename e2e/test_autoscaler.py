@@ -1,0 +1,475 @@
+"""sluice-autoscaler end to end, with real sluice-autoscaler, sluice-operator, sluice-dispatcher and sluice-worker
+processes (run by process nodes on the test API server, or by a real cluster's nodes when KUBECONFIG is set):
+
+- an autoscaled Hybrid DataService with a trainer pod on a GPU node: the autoscaler's server-side apply of
+  spec.workers.replicas and spec.workers.local makes the operator fill the local slots first and put the rest
+  remote;
+- SIGKILL of the autoscaler in the middle of a decision (its spec apply held in flight by the test API server's
+  fault API), then a restart: the spec changes exactly once, to the size the model asks for — nothing doubled,
+  nothing lost;
+- two replicas with leader election: only the Lease holder writes and records Events; SIGKILL it and the other
+  takes over and acts on the next change.
+
+The signal source: a small fake Prometheus HTTP API written here (`FakePrometheus`), named by each DataService's
+spec.autoscaling.metrics.prometheus.url. It answers the autoscaler's default (batched) queries from a model the
+test sets — trainers wanting `demand` elements/s, each Ready worker pod producing at most 50 elements/s with one
+CPU — and counts the Ready worker pods from the API server, so the loop closes through the real operator and pods.
+The stall signals of a real dispatcher need real trainers; the source's parsing of real dispatcher and worker
+pages and of a real Prometheus is tested in autoscaler/sources. The autoscaler runs as a local process (as the
+operator does in these suites), so the fake is reachable on loopback against a real cluster too.
+
+The Hybrid test adds a process node and skips on a real cluster; the fault injection is left out there.
+"""
+
+import json
+import math
+import os
+import re
+import signal
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from e2e import harness
+from e2e.sluice_support import (CRD, GROUP_VERSION, Operator, dataservice, image_map, live_pods, require_binary,
+                                worker_selector)
+
+NS = "autoscale-e2e"
+PER_WORKER = 50.0  # elements/s one worker produces flat out, with one CPU
+FIELD_MANAGER = "sluice-autoscaler"
+
+
+# ---------------------------------------------------------------------------------------------- the signal source
+
+
+class FakePrometheus:
+    """A Prometheus HTTP API (GET /api/v1/query) on 127.0.0.1 answering the autoscaler's default queries.
+
+    Per DataService the test sets the trainers' demand (elements/s they would consume without waiting); the
+    Ready worker pods are counted from the API server (cached 0.2 s). Then, per query:
+      supply = demand signal = min(demand, 50 x workers); stall = 1 - supply / demand;
+      compute per element = 1 / demand (one trainer); worker CPU = supply / 50; buffered = 0 while stalled.
+    Every series carries the labels namespace and dataservice, as `sum by (namespace, dataservice)` gives them."""
+
+    def __init__(self, cluster, namespace):
+        self.cluster = cluster
+        self.namespace = namespace
+        self.demand = {}
+        self.queries = 0
+        self._lock = threading.Lock()
+        self._pods = {}  # name -> (time, ready workers, ready local workers)
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                url = urlsplit(self.path)
+                if url.path != "/api/v1/query":
+                    self.send_error(404)
+                    return
+                query = (parse_qs(url.query).get("query") or [""])[0]
+                body = json.dumps(fake.answer(query)).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def set_demand(self, name, demand):
+        with self._lock:
+            self.demand[name] = float(demand)
+
+    def query_count(self):
+        with self._lock:
+            return self.queries
+
+    def _workers(self, name):
+        with self._lock:
+            cached = self._pods.get(name)
+        if cached and time.monotonic() - cached[0] < 0.2:
+            return cached[1], cached[2]
+        ready = [p for p in live_pods(self.cluster, self.namespace, worker_selector(name))
+                 if any(c.get("type") == "Ready" and c.get("status") == "True"
+                        for c in (p.get("status") or {}).get("conditions") or [])]
+        local = [p for p in ready if p["metadata"].get("labels", {}).get("sluice.dev/placement") == "local"]
+        with self._lock:
+            self._pods[name] = (time.monotonic(), len(ready), len(local))
+        return len(ready), len(local)
+
+    @staticmethod
+    def signal_of(query):
+        """Which of the autoscaler's default queries this is (their PromQL: autoscaler/sources/prometheus_source.cc)."""
+        if query.startswith("time() -"):
+            return "freshness"
+        if "sluice_client_wait_seconds_total" in query:
+            return "computePerElement" if query.lstrip().startswith("(") else "stallRatio"
+        for metric, name in (("sluice_client_elements_total", "demand"),
+                             ("sluice_worker_elements_produced_total", "supply"),
+                             ("sluice_worker_busy_seconds_total", "workerCpu"),
+                             ("sluice_worker_buffered_elements", "buffered"),
+                             ("sluice_dispatcher_worker_removals_total", "churn")):
+            if metric in query:
+                return name
+        if "sluice_dispatcher_workers" in query:
+            return "localWorkers" if 'placement="local"' in query else "workers"
+        return None
+
+    def value(self, signal_name, name):
+        demand = self.demand[name]
+        workers, local = self._workers(name)
+        supply = min(demand, PER_WORKER * workers)
+        return {"freshness": 1.0,
+                "stallRatio": 1.0 - supply / demand if demand > 0 else 0.0,
+                "computePerElement": 1.0 / demand if demand > 0 else float("nan"),
+                "demand": supply,
+                "supply": supply,
+                "workerCpu": supply / PER_WORKER,
+                "buffered": 0.0 if supply < demand else 100.0,
+                "churn": 0.0,
+                "workers": float(workers),
+                "localWorkers": float(local)}[signal_name]
+
+    def answer(self, query):
+        with self._lock:
+            self.queries += 1
+            names = sorted(self.demand)
+        signal_name = self.signal_of(query)
+        if signal_name is None:
+            return {"status": "error", "errorType": "bad_data", "error": "the fake knows no query %r" % query}
+        now = time.time()
+        result = []
+        for name in names:
+            # A query for one DataService (an override) names it; a batched one gets every DataService.
+            if 'dataservice="' in query and 'dataservice="%s"' % name not in query:
+                continue
+            v = self.value(signal_name, name)
+            result.append({"metric": {"namespace": self.namespace, "dataservice": name},
+                           "value": [now, "NaN" if math.isnan(v) else repr(v)]})
+        return {"status": "success", "data": {"resultType": "vector", "result": result}}
+
+
+# ---------------------------------------------------------------------------------------------- the autoscaler
+
+
+class Autoscaler:
+    """A sluice-autoscaler process of `cluster` (stopped by cluster.teardown(), or by kill())."""
+
+    def __init__(self, cluster, name="autoscaler", args=()):
+        self.cluster = cluster
+        self.name = name
+        self.argv = [require_binary("sluice-autoscaler"), "--kubeconfig", cluster.kubeconfig,
+                     "--metrics-address", "127.0.0.1:0", "--health-address", "127.0.0.1:0", "--identity", name,
+                     "--watch-namespace", NS, "--period=1s", "--window=2s", "--max-signal-age=30s", "--settle-time=2s",
+                     "--status-interval=5s", "--keda=off"] + list(args)
+        self.process = None
+        self.metrics_port = None
+
+    def start(self, timeout=30.0):
+        self.process = self.cluster.start_process(self.name, self.argv)
+
+        def listening():
+            if not self.process.alive():
+                raise RuntimeError("%s exited:\n%s" % (self.name, self.process.log_tail()))
+            match = re.search(r"msg=listening metrics_port=(\d+)", self.log())
+            return int(match.group(1)) if match else None
+
+        self.metrics_port = self.cluster.wait_for(listening, timeout, "%s to listen" % self.name)
+        return self
+
+    def log(self):
+        try:
+            with open(self.process.log_path, "rb") as fh:
+                return fh.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def metric(self, name):
+        import http.client
+        conn = http.client.HTTPConnection("127.0.0.1", self.metrics_port, timeout=10)
+        try:
+            conn.request("GET", "/metrics")
+            body = conn.getresponse().read().decode()
+        finally:
+            conn.close()
+        for line in body.splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{}"):
+                return float(line.rpartition(" ")[2])
+        return None
+
+    def kill(self):
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.proc.wait()
+
+
+# ---------------------------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    require_binary("sluice-dispatcher")
+    require_binary("sluice-worker")
+    require_binary("sluice-autoscaler")
+    with harness.Cluster(str(tmp_path)) as c:
+        c.apply(CRD)
+        c.add_node("node-1", cpu="32", memory="64Gi", image_map=image_map(), schedule=True)
+        c.create_namespace(NS)
+        yield c
+
+
+@pytest.fixture
+def prom(cluster):
+    p = FakePrometheus(cluster, NS)
+    yield p
+    p.close()
+
+
+def autoscaled(name, prom_url, max_replicas=12, **spec):
+    """A DataService with autoscaling on, its metrics from the fake Prometheus, and no workers.replicas (the
+    autoscaler owns it; docs/autoscaling.md)."""
+    body = dataservice(name, workers={"resources": {"requests": {"cpu": "1", "memory": "64Mi"}},
+                                      "minReplicas": 1, "maxReplicas": max_replicas}, **spec)
+    del body["spec"]["workers"]["replicas"]
+    body["spec"]["autoscaling"] = {"enabled": True, "targetStallRatio": 0.05, "headroom": 0.05,
+                                   "metrics": {"prometheus": {"url": prom_url}}}
+    return body
+
+
+def expected_workers(demand):
+    """What the policy's model asks for (autoscaler/policy/policy.h): true demand x (1 - target stall 0.05) x
+    (1 + headroom 0.05) / per-worker capacity."""
+    return math.ceil(demand * 0.95 * 1.05 / PER_WORKER - 1e-9)
+
+
+def get_ds(cluster, name):
+    return cluster.get(GROUP_VERSION, "DataService", name, NS)
+
+
+def ready_workers(cluster, name):
+    return [p for p in live_pods(cluster, NS, worker_selector(name))
+            if (p.get("status") or {}).get("phase") == "Running"
+            and any(c.get("type") == "Ready" and c.get("status") == "True" for c in p["status"].get("conditions") or [])]
+
+
+def wait_workers(cluster, name, count, timeout=90):
+    def done():
+        live = live_pods(cluster, NS, worker_selector(name))
+        ready = ready_workers(cluster, name)
+        return ready if len(live) == count and len(ready) == count else None
+
+    return cluster.wait_for(done, timeout, "%d Ready workers of %s" % (count, name))
+
+
+def spec_owner(ds):
+    """The managers owning spec.workers.replicas."""
+    out = []
+    for entry in ds["metadata"].get("managedFields") or []:
+        if entry.get("subresource"):
+            continue
+        workers = ((entry.get("fieldsV1") or {}).get("f:spec") or {}).get("f:workers") or {}
+        if "f:replicas" in workers:
+            out.append((entry["manager"], entry["operation"]))
+    return out
+
+
+def autoscaler_events(cluster, name, reason=None):
+    items = cluster.client.get("/apis/events.k8s.io/v1/namespaces/%s/events" % NS)["items"]
+    return [e for e in items if e["regarding"].get("name") == name and e.get("reportingController") == "sluice.dev/autoscaler"
+            and (reason is None or e.get("reason") == reason)]
+
+
+class ReplicaHistory:
+    """Every value spec.workers.replicas takes, from a watch of the DataService started before the autoscaler."""
+
+    def __init__(self, cluster, name):
+        self.values = []
+        self._client = type(cluster.client)(cluster.client.config)
+        path = "/apis/%s/namespaces/%s/dataservices" % (GROUP_VERSION, NS)
+        self.name = name
+        start = cluster.client.get(path)
+        for item in start["items"]:
+            self._add(item)
+        query = {"resourceVersion": start["metadata"]["resourceVersion"], "timeoutSeconds": "240"}
+        self._thread = threading.Thread(target=self._run, args=(path, query), daemon=True)
+        self._thread.start()
+
+    def _add(self, obj):
+        if obj["metadata"]["name"] != self.name:
+            return
+        value = obj["spec"]["workers"].get("replicas")
+        if not self.values or self.values[-1] != value:
+            self.values.append(value)
+
+    def _run(self, path, query):
+        try:
+            for event in self._client.watch(path, query):
+                if event["type"] in ("ADDED", "MODIFIED"):
+                    self._add(event["object"])
+        except Exception:  # the cluster went away at teardown
+            pass
+
+
+# ---------------------------------------------------------------------------------------------- tests
+
+
+def test_hybrid_autoscaled_dataservice_fills_local_slots_first_then_remote(cluster, prom):
+    if cluster.real:
+        pytest.skip("adds a GPU process node")
+    cluster.add_node("gpu-1", cpu="8", memory="32Gi", image_map=image_map(), schedule=True,
+                     labels={"sluice.e2e/gpu": "true"}, taints=["nvidia.com/gpu=present:NoSchedule"])
+    # The trainer: bound to gpu-1, requesting 2 of its 8 CPUs (its image is not run here).
+    cluster.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer-0", "labels": {"app": "trainer"}},
+                   "spec": {"nodeName": "gpu-1", "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                            "containers": [{"name": "t", "image": "e2e/trainer:1",
+                                            "resources": {"requests": {"cpu": "2"}}}]}}, NS)
+    Operator(cluster, args=["--concurrency", "2"]).start()
+    # (8 - 2) CPUs x localCpuFraction 0.5 / 1 CPU per worker = 3 local slots.
+    cluster.apply(autoscaled("hyb", prom.url,
+                             placement={"policy": "Hybrid", "localCpuFraction": 0.5,
+                                        "consumerSelector": {"matchLabels": {"app": "trainer"}},
+                                        "acceleratorNodeSelector": {"sluice.e2e/gpu": "true"},
+                                        "localTolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}),
+                  namespace=NS)
+    wait_workers(cluster, "hyb", 1)
+    cluster.wait_for(lambda: (get_ds(cluster, "hyb").get("status") or {}).get("localCapacity") == 3, 30,
+                     "the operator to report 3 local slots")
+
+    demand = 250.0  # 250 x 0.95 x 1.05 / 50 = 4.99: 5 workers, 3 local and 2 remote
+    want = expected_workers(demand)
+    prom.set_demand("hyb", demand)
+    autoscaler = Autoscaler(cluster).start()
+
+    def scaled():
+        ds = get_ds(cluster, "hyb")
+        w = ds["spec"]["workers"]
+        written = ((ds.get("status") or {}).get("autoscaler") or {}).get("lastScaleTime")
+        return ds if w.get("replicas") == want and w.get("local") == 3 and written else None
+
+    ds = cluster.wait_for(scaled, 60, "spec.workers.replicas=%d, local=3 from the autoscaler" % want)
+    assert spec_owner(ds) == [(FIELD_MANAGER, "Apply")], ds["metadata"]["managedFields"]
+    status = ds["status"]["autoscaler"]
+    assert status["desiredReplicas"] == want, status
+    # The decision that scaled is dated; later periods, at the size already asked for, decide "none".
+    assert status.get("lastScaleTime") and status["desiredLocal"] == 3, status
+
+    # The operator carries it out: the local slots on the trainer's node first, the rest remote.
+    pods = wait_workers(cluster, "hyb", want)
+    nodes = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in pods}
+    local = sorted(n for n in nodes if "-worker-local-" in n)
+    remote = sorted(n for n in nodes if "-worker-remote-" in n)
+    assert local == ["hyb-worker-local-%d" % i for i in range(3)], nodes
+    assert remote == ["hyb-worker-remote-%d" % i for i in range(want - 3)], nodes
+    assert all(nodes[n] == "gpu-1" for n in local) and all(nodes[n] == "node-1" for n in remote), nodes
+    cluster.wait_for(lambda: autoscaler_events(cluster, "hyb", "ScaledUp"), 30, "a ScaledUp Event")
+
+    # With the workers running the stall is gone and the decision stands (no flapping, no further writes).
+    generation = get_ds(cluster, "hyb")["metadata"]["generation"]
+    start = prom.query_count()
+    cluster.wait_for(lambda: prom.query_count() >= start + 40, 60, "four more decision periods")
+    ds = get_ds(cluster, "hyb")
+    assert ds["metadata"]["generation"] == generation
+    assert ds["spec"]["workers"]["replicas"] == want and ds["spec"]["workers"]["local"] == 3
+    assert autoscaler.process.alive()
+
+
+def test_sigkill_mid_decision_and_restart_neither_doubles_nor_loses_the_scaling(cluster, prom):
+    Operator(cluster, args=["--concurrency", "2"]).start()
+    cluster.apply(autoscaled("crash", prom.url), namespace=NS)
+    wait_workers(cluster, "crash", 1)
+    history = ReplicaHistory(cluster, "crash")
+    generation = get_ds(cluster, "crash")["metadata"]["generation"]
+
+    if not cluster.real:
+        # Hold the autoscaler's spec apply in flight, so that the kill lands between its decision and the write.
+        assert cluster.admin("GET", "stats")["faultsInjected"] == 0
+        cluster.admin("POST", "faults", {"verb": "patch", "pathRegex": "/namespaces/%s/dataservices/crash$" % NS,
+                                         "delaySeconds": 3, "count": 1})
+    demand = 300.0
+    want = expected_workers(demand)
+    prom.set_demand("crash", demand)
+    first = Autoscaler(cluster, name="autoscaler-1").start()
+    # Its first decision has read the signals (one batched snapshot: ten queries); the apply follows at once.
+    cluster.wait_for(lambda: prom.query_count() >= 10, 30, "the first autoscaler to read its signals")
+    if not cluster.real:
+        # The fault fires when the apply arrives (and holds it for 3 s): the kill lands while it is in flight.
+        cluster.wait_for(lambda: cluster.admin("GET", "stats")["faultsInjected"] == 1, 30, "the spec apply to arrive")
+    first.kill()
+    if not cluster.real:
+        cluster.admin("DELETE", "faults")
+        assert "applied" not in first.log(), "the first autoscaler finished its write before the kill"
+
+    Autoscaler(cluster, name="autoscaler-2").start()
+    cluster.wait_for(lambda: get_ds(cluster, "crash")["spec"]["workers"].get("replicas") == want, 60,
+                     "spec.workers.replicas=%d" % want)
+    wait_workers(cluster, "crash", want)
+    start = prom.query_count()
+    cluster.wait_for(lambda: prom.query_count() >= start + 40, 60, "four more decision periods")
+
+    ds = get_ds(cluster, "crash")
+    # Exactly one change of the spec, straight to the model's size: nothing doubled, nothing lost.
+    assert history.values == [1, want], history.values
+    assert ds["metadata"]["generation"] == generation + 1
+    assert ds["spec"]["workers"]["replicas"] == want
+    assert spec_owner(ds) == [(FIELD_MANAGER, "Apply")]
+    assert len(live_pods(cluster, NS, worker_selector("crash"))) == want
+
+
+def lease(cluster, name):
+    try:
+        return cluster.client.get("/apis/coordination.k8s.io/v1/namespaces/%s/leases/%s" % (NS, name))
+    except harness.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def test_two_replicas_only_the_leader_acts_and_the_standby_takes_over(cluster, prom):
+    Operator(cluster, args=["--concurrency", "2"]).start()
+    cluster.apply(autoscaled("lead", prom.url), namespace=NS)
+    wait_workers(cluster, "lead", 1)
+    election = ["--leader-elect", "--lease-namespace", NS, "--lease-name", "sluice-autoscaler-e2e",
+                "--lease-duration-seconds", "4", "--renew-deadline-seconds", "3", "--retry-period-seconds", "0.5"]
+    replicas = {n: Autoscaler(cluster, name=n, args=election).start() for n in ("autoscaler-a", "autoscaler-b")}
+    holder = cluster.wait_for(lambda: ((lease(cluster, "sluice-autoscaler-e2e") or {}).get("spec") or {})
+                              .get("holderIdentity"), 30, "a leader")
+    assert holder in replicas
+    leader = replicas[holder]
+    standby = replicas[next(n for n in replicas if n != holder)]
+
+    prom.set_demand("lead", 200.0)
+    want = expected_workers(200.0)
+    cluster.wait_for(lambda: get_ds(cluster, "lead")["spec"]["workers"].get("replicas") == want, 60,
+                     "the leader to scale to %d" % want)
+    cluster.wait_for(lambda: autoscaler_events(cluster, "lead", "ScaledUp"), 30, "a ScaledUp Event")
+    # Only the leader acted: every Event is its, the standby applied nothing and never ran its controller.
+    assert {e["reportingInstance"] for e in autoscaler_events(cluster, "lead")} == {holder}
+    assert "applied" not in standby.log() and "msg=running" not in standby.log(), standby.log()
+    assert leader.metric("sluice_autoscaler_leader") == 1 and standby.metric("sluice_autoscaler_leader") == 0
+
+    # The leader dies; the standby takes the Lease once it expires and acts on the next change.
+    leader.kill()
+    wait_workers(cluster, "lead", want)
+    prom.set_demand("lead", 300.0)
+    want2 = expected_workers(300.0)
+    cluster.wait_for(lambda: ((lease(cluster, "sluice-autoscaler-e2e") or {}).get("spec") or {})
+                     .get("holderIdentity") == standby.name, 60, "the standby to take the Lease")
+    cluster.wait_for(lambda: get_ds(cluster, "lead")["spec"]["workers"].get("replicas") == want2, 60,
+                     "the new leader to scale to %d" % want2)
+    # The Event follows the spec and status writes.
+    cluster.wait_for(lambda: {e["reportingInstance"] for e in autoscaler_events(cluster, "lead", "ScaledUp")}
+                     == {holder, standby.name}, 30, "the new leader's ScaledUp Event")
+    assert standby.metric("sluice_autoscaler_leader") == 1
