@@ -123,7 +123,9 @@ std::optional<DynamicEpochLog> ParseDynamicEpochLog(absl::string_view line) {
   const absl::flat_hash_map<absl::string_view, double*> doubles = {
       {"seconds", &e.seconds},
       {"rpc_seconds", &e.rpc_seconds},
+      {"wait_first_split_seconds", &e.wait_first_split_seconds},
       {"wait_split_seconds", &e.wait_split_seconds},
+      {"wait_end_seconds", &e.wait_end_seconds},
       {"wait_ack_seconds", &e.wait_ack_seconds},
       {"wait_lease_seconds", &e.wait_lease_seconds},
       {"wait_epoch_end_seconds", &e.wait_epoch_end_seconds}};
@@ -152,20 +154,25 @@ nlohmann::json DynamicEpochsJson(const std::vector<DynamicEpochLog>& epochs) {
     sum.rpcs += e.rpcs;
     sum.seconds += e.seconds;
     sum.rpc_seconds += e.rpc_seconds;
+    sum.wait_first_split_seconds += e.wait_first_split_seconds;
     sum.wait_split_seconds += e.wait_split_seconds;
+    sum.wait_end_seconds += e.wait_end_seconds;
     sum.wait_ack_seconds += e.wait_ack_seconds;
     sum.wait_lease_seconds += e.wait_lease_seconds;
     sum.wait_epoch_end_seconds += e.wait_epoch_end_seconds;
   }
   const double n = static_cast<double>(epochs.size());
-  const double waited = sum.wait_split_seconds + sum.wait_ack_seconds + sum.wait_lease_seconds + sum.wait_epoch_end_seconds;
+  const double waited = sum.wait_first_split_seconds + sum.wait_split_seconds + sum.wait_end_seconds +
+                        sum.wait_ack_seconds + sum.wait_lease_seconds + sum.wait_epoch_end_seconds;
   return {{"task_epochs", epochs.size()},
           {"elements_per_task_epoch", Round(Ratio(static_cast<double>(sum.elements), n), 1)},
           {"splits_per_task_epoch", Round(Ratio(static_cast<double>(sum.splits), n), 2)},
           {"seconds_per_task_epoch", Round(Ratio(sum.seconds, n), 4)},
           {"getsplits_per_split", Round(Ratio(static_cast<double>(sum.rpcs), static_cast<double>(sum.splits)), 2)},
           {"getsplits_mean_ms", Round(1e3 * Ratio(sum.rpc_seconds, static_cast<double>(sum.rpcs)), 3)},
+          {"wait_first_split_fraction", Round(Ratio(sum.wait_first_split_seconds, sum.seconds), 4)},
           {"wait_split_fraction", Round(Ratio(sum.wait_split_seconds, sum.seconds), 4)},
+          {"wait_end_fraction", Round(Ratio(sum.wait_end_seconds, sum.seconds), 4)},
           {"wait_ack_fraction", Round(Ratio(sum.wait_ack_seconds, sum.seconds), 4)},
           {"wait_lease_fraction", Round(Ratio(sum.wait_lease_seconds, sum.seconds), 4)},
           {"wait_epoch_end_fraction", Round(Ratio(sum.wait_epoch_end_seconds, sum.seconds), 4)},

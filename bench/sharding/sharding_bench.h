@@ -65,7 +65,8 @@ struct ShardingTrial {
 struct DynamicEpochLog {
   int64_t task_id = 0, epoch = 0, elements = 0, splits = 0, rpcs = 0;
   double seconds = 0, rpc_seconds = 0;
-  double wait_split_seconds = 0, wait_ack_seconds = 0, wait_lease_seconds = 0, wait_epoch_end_seconds = 0;
+  double wait_first_split_seconds = 0, wait_split_seconds = 0, wait_end_seconds = 0;
+  double wait_ack_seconds = 0, wait_lease_seconds = 0, wait_epoch_end_seconds = 0;
 };
 // Parses such a line (logfmt); nullopt for any other line or a malformed one.
 std::optional<DynamicEpochLog> ParseDynamicEpochLog(absl::string_view line);

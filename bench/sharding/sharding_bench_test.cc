@@ -88,7 +88,8 @@ TEST_CASE("ShardingResultJson: ratio of the timed medians, GetSplits batching fr
 TEST_CASE("ParseDynamicEpochLog reads the workers' epoch lines and nothing else") {
   const std::string line =
       "ts=2026-11-29T03:10:00.123Z level=info component=worker msg=\"dynamic sharding epoch done\" task_id=7 epoch=1 "
-      "elements=4096 seconds=1.25 splits=32 rpcs=70 rpc_seconds=0.07 wait_split_seconds=0.05 wait_ack_seconds=0.04 "
+      "elements=4096 seconds=1.25 splits=32 rpcs=70 rpc_seconds=0.07 wait_first_split_seconds=0.01 "
+      "wait_split_seconds=0.05 wait_end_seconds=0.03 wait_ack_seconds=0.04 "
       "wait_lease_seconds=0 wait_epoch_end_seconds=0.002";
   auto e = ParseDynamicEpochLog(line);
   REQUIRE(e.has_value());
@@ -100,6 +101,8 @@ TEST_CASE("ParseDynamicEpochLog reads the workers' epoch lines and nothing else"
   CHECK(e->seconds == Approx(1.25));
   CHECK(e->wait_ack_seconds == Approx(0.04));
   CHECK(e->wait_epoch_end_seconds == Approx(0.002));
+  CHECK(e->wait_first_split_seconds == Approx(0.01));
+  CHECK(e->wait_end_seconds == Approx(0.03));
   CHECK_FALSE(ParseDynamicEpochLog("ts=x level=info msg=\"task started\" task_id=7").has_value());
   // A line missing a field, or with a malformed number, is not counted.
   CHECK_FALSE(ParseDynamicEpochLog("msg=\"dynamic sharding epoch done\" task_id=7 epoch=1").has_value());
@@ -117,7 +120,8 @@ TEST_CASE("ParseDynamicEpochLog reads the workers' epoch lines and nothing else"
   CHECK(j["getsplits_per_split"].get<double>() == Approx(2.19));  // 140 / 64
   CHECK(j["getsplits_mean_ms"].get<double>() == Approx(1.0));
   CHECK(j["wait_ack_ms_per_split"].get<double>() == Approx(1.563));
-  CHECK(j["wait_fraction"].get<double>() == Approx((0.1 + 0.1 + 0.004) / 2.0).epsilon(0.001));
+  CHECK(j["wait_end_fraction"].get<double>() == Approx(0.03));
+  CHECK(j["wait_fraction"].get<double>() == Approx((0.02 + 0.1 + 0.06 + 0.1 + 0.004) / 2.0).epsilon(0.001));
   CHECK(DynamicEpochsJson({})["task_epochs"] == 0);
   CHECK(DynamicEpochsJson({})["wait_fraction"] == 0);
 }

@@ -196,7 +196,14 @@ absl::StatusOr<std::optional<pipeline::Split>> DispatcherSplitProvider::GetNext(
         return self->stopped_ || !self->queue_.empty() || self->end_of_splits_ || !self->error_.ok();
       },
       this));
-  stats_.wait_split_seconds += absl::ToDoubleSeconds(absl::Now() - wait_start);
+  const double waited = absl::ToDoubleSeconds(absl::Now() - wait_start);
+  if (queue_.empty()) {
+    stats_.wait_end_seconds += waited;
+  } else if (started_in_epoch_ == 0) {
+    stats_.wait_first_split_seconds += waited;
+  } else {
+    stats_.wait_split_seconds += waited;
+  }
   --waiting_readers_;
   if (stopped_) return absl::CancelledError(absl::StrCat("task_id ", task_id_, ": split provider cancelled"));
   if (!queue_.empty()) {
@@ -214,6 +221,7 @@ absl::StatusOr<std::optional<pipeline::Split>> DispatcherSplitProvider::GetNext(
       lease.dirty = true;
     }
     const int64_t start = ++started_;
+    ++started_in_epoch_;
     ++stats_.splits_started;
     if (options_.ack_before_start) {
       // The dispatcher must know before any element of the split can leave this worker.
@@ -315,6 +323,7 @@ absl::Status DispatcherSplitProvider::Reset() {
     }
   }
   ++epoch_;
+  started_in_epoch_ = 0;
   end_of_splits_ = false;
   return absl::OkStatus();
 }

@@ -70,7 +70,10 @@ struct SplitProviderStats {
   int64_t rpcs = 0;                   // GetSplits calls made (failed ones included)
   double rpc_seconds = 0;             // their total round-trip time
   int64_t splits_started = 0;
-  double wait_split_seconds = 0;      // GetNext blocked on an empty queue (fetch or poll in flight)
+  double wait_first_split_seconds = 0;  // GetNext blocked for the first split of an epoch (job start,
+                                       // the next epoch not open yet while other tasks finish theirs)
+  double wait_split_seconds = 0;      // GetNext blocked for a later split (the prefetch fell behind)
+  double wait_end_seconds = 0;        // GetNext blocked until end_of_splits (other tasks' last splits)
   double wait_ack_seconds = 0;        // GetNext blocked until the split's start was acknowledged
   double wait_lease_seconds = 0;      // RenewLease blocked on an unacknowledged lease
   double wait_epoch_end_seconds = 0;  // GetNext at the end of an epoch, until the finishes were acknowledged
@@ -138,6 +141,7 @@ class DispatcherSplitProvider : public pipeline::SplitProvider {
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   int64_t calls_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t started_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t started_in_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t acked_ ABSL_GUARDED_BY(mu_) = 0;  // ack_before_start: starts 1..acked_ are acknowledged
   int waiting_readers_ ABSL_GUARDED_BY(mu_) = 0;  // GetNext calls waiting for a split
   SplitProviderStats stats_ ABSL_GUARDED_BY(mu_);

@@ -75,12 +75,14 @@ TEST_CASE("worker_split_provider counts its calls, its starts and where its read
   CHECK(stats.rpcs >= 20);  // every start is acknowledged by a call before the split is read
   CHECK(stats.rpc_seconds > 0);
   // Waits are parts of the reader's own time: none is negative and together they fit in it.
-  for (double w : {stats.wait_split_seconds, stats.wait_ack_seconds, stats.wait_lease_seconds,
-                   stats.wait_epoch_end_seconds}) {
+  for (double w : {stats.wait_first_split_seconds, stats.wait_split_seconds, stats.wait_end_seconds,
+                   stats.wait_ack_seconds, stats.wait_lease_seconds, stats.wait_epoch_end_seconds}) {
     CHECK(w >= 0);
   }
-  CHECK(stats.wait_split_seconds + stats.wait_ack_seconds + stats.wait_lease_seconds + stats.wait_epoch_end_seconds <=
+  CHECK(stats.wait_first_split_seconds + stats.wait_split_seconds + stats.wait_end_seconds + stats.wait_ack_seconds +
+            stats.wait_lease_seconds + stats.wait_epoch_end_seconds <=
         elapsed);
+  CHECK(stats.wait_first_split_seconds > 0);  // the first fetch of the epoch
   CHECK(stats.wait_ack_seconds > 0);  // ack_before_start: each GetNext waited for its call
 }
 

@@ -141,7 +141,9 @@ class PipelineProducer : public ElementProducer {
         .With("splits", now.splits_started - last_stats_.splits_started)
         .With("rpcs", now.rpcs - last_stats_.rpcs)
         .With("rpc_seconds", now.rpc_seconds - last_stats_.rpc_seconds)
+        .With("wait_first_split_seconds", now.wait_first_split_seconds - last_stats_.wait_first_split_seconds)
         .With("wait_split_seconds", now.wait_split_seconds - last_stats_.wait_split_seconds)
+        .With("wait_end_seconds", now.wait_end_seconds - last_stats_.wait_end_seconds)
         .With("wait_ack_seconds", now.wait_ack_seconds - last_stats_.wait_ack_seconds)
         .With("wait_lease_seconds", now.wait_lease_seconds - last_stats_.wait_lease_seconds)
         .With("wait_epoch_end_seconds", now.wait_epoch_end_seconds - last_stats_.wait_epoch_end_seconds);
