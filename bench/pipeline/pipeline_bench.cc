@@ -438,7 +438,7 @@ int RunPipelineBenchmark(const PipelineBenchOptions& options) {
   const std::vector<int> cpus = PickCpus(allowed, options.cores);
   report.cores = static_cast<int>(cpus.size());
   WarmCache(files, &report.dataset_mean_kb);
-  Say(absl::StrFormat("bench pipeline: %d JPEGs (%.1f kB mean) in %s; %d cores (CPUs %s); %.0f s per side",
+  Say(absl::StrFormat("bench pipeline: %d JPEGs (%.1f kB mean) in %s; %d cores (CPUs %s); %.0f s per run",
                       files.size(), report.dataset_mean_kb, dir.string(), report.cores, absl::StrJoin(cpus, ","),
                       options.seconds));
 
