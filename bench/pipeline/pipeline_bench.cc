@@ -49,9 +49,17 @@ double ProcessCpuSeconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
+// Progress goes to stderr; stdout carries only the JSON line.
 void Say(const std::string& line) {
-  std::cout << line << "\n";
-  std::cout.flush();
+  std::cerr << line << "\n";
+  std::cerr.flush();
+}
+
+std::vector<double> LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  double a = 0, b = 0, c = 0;
+  in >> a >> b >> c;
+  return {a, b, c};
 }
 
 std::string ShellQuote(absl::string_view s) {
@@ -151,7 +159,7 @@ void WarmCache(const std::vector<fs::path>& files, double* mean_kb) {
 
 absl::StatusOr<SideResult> RunSluice(const std::string& spec, const std::string& spec_name,
                                      const PipelineBenchOptions& options, int cores, const std::vector<int>& cpus,
-                                     std::vector<std::string>* plan) {
+                                     std::vector<std::string>* plan, bool print_stats) {
   auto def = pipeline::ParsePipelineSpec(spec, spec_name);
   if (!def.ok()) return def.status();
   pipeline::RuntimeOptions runtime;
@@ -159,9 +167,11 @@ absl::StatusOr<SideResult> RunSluice(const std::string& spec, const std::string&
   auto created = pipeline::Pipeline::Create(*std::move(def), runtime);
   if (!created.ok()) return created.status();
   std::unique_ptr<pipeline::Pipeline> p = *std::move(created);
-  *plan = absl::StrSplit(p->Explain(), '\n', absl::SkipWhitespace());
-  Say("sluice: plan:");
-  for (const auto& line : *plan) Say(absl::StrCat("  ", line));
+  if (plan->empty()) {
+    *plan = absl::StrSplit(p->Explain(), '\n', absl::SkipWhitespace());
+    Say("sluice: plan:");
+    for (const auto& line : *plan) Say(absl::StrCat("  ", line));
+  }
 
   // Pin this thread; the pipeline's threads inherit the mask when the iterator starts them.
   const std::vector<int> previous = AllowedCpus();
@@ -215,18 +225,20 @@ absl::StatusOr<SideResult> RunSluice(const std::string& spec, const std::string&
   }  // the iterator (and its threads) end here
   if (pinned) SetThreadCpus(previous);
   if (!status.ok()) return status;
-  Say("sluice: per-stage statistics:");
-  Say(pipeline::FormatStatsTable(p->Stats(), result.seconds));
+  if (print_stats) {
+    Say("sluice: per-stage statistics (last run):");
+    Say(pipeline::FormatStatsTable(p->Stats(), result.seconds));
+  }
   return result;
 }
 
 absl::StatusOr<SideResult> RunTorch(const PipelineBenchOptions& options, const fs::path& dir, int cores,
-                                    const std::vector<int>& cpus, std::string* version) {
+                                    const std::vector<int>& cpus, const std::string& variant, std::string* version) {
   const std::string script = (fs::path(BenchPipelineDir()) / "torch_pipeline.py").string();
   const std::string command =
       absl::StrCat(ShellQuote(options.python), " ", ShellQuote(script), " --images ", ShellQuote(dir.string()),
-                   " --workers ", cores, " --seconds ", options.seconds, " --batch ", options.batch_size, " --cpus ",
-                   absl::StrJoin(cpus, ","), " 2>&1");
+                   " --workers ", cores, " --variant ", variant, " --seconds ", options.seconds, " --batch ",
+                   options.batch_size, " --cpus ", absl::StrJoin(cpus, ","), " 2>&1");
   std::string last;
   int rc = RunCommand(command, [&](const std::string& line) {
     if (!last.empty()) Say(last);
@@ -234,7 +246,7 @@ absl::StatusOr<SideResult> RunTorch(const PipelineBenchOptions& options, const f
   });
   if (rc != 0) {
     if (!last.empty()) Say(last);
-    return absl::InternalError(absl::StrCat("torch_pipeline.py failed (exit ", rc, ")"));
+    return absl::InternalError(absl::StrCat("torch_pipeline.py --variant ", variant, " failed (exit ", rc, ")"));
   }
   return ParseTorchResult(last, version);
 }
@@ -277,51 +289,112 @@ absl::StatusOr<SideResult> ParseTorchResult(absl::string_view line, std::string*
   return r;
 }
 
+RunSpread SpreadOfRuns(std::vector<double> values) {
+  RunSpread s;
+  if (values.empty()) return s;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  s.median = n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+  s.min = values.front();
+  s.max = values.back();
+  s.n = static_cast<int>(n);
+  return s;
+}
+
+std::string RoundOrder(bool with_torch) { return with_torch ? "SUBBUS" : "SS"; }
+
+namespace {
+
+json SpreadJson(const RunSpread& s) { return {{"median", s.median}, {"min", s.min}, {"max", s.max}, {"n", s.n}}; }
+
+std::vector<double> PerCpu(const std::vector<SideResult>& runs) {
+  std::vector<double> v;
+  for (const auto& r : runs) v.push_back(r.images_per_cpu_second());
+  return v;
+}
+std::vector<double> PerSec(const std::vector<SideResult>& runs) {
+  std::vector<double> v;
+  for (const auto& r : runs) v.push_back(r.images_per_second());
+  return v;
+}
+
+json RunsJson(const std::vector<SideResult>& runs) {
+  json out = json::array();
+  for (const auto& r : runs) {
+    out.push_back({{"images", r.images}, {"seconds", r.seconds}, {"cpu_seconds", r.cpu_seconds},
+                   {"images_per_second", r.images_per_second()}, {"images_per_cpu_second", r.images_per_cpu_second()}});
+  }
+  return out;
+}
+
+json RatioOrNull(double a, double b) { return a > 0 && b > 0 ? json(a / b) : json(nullptr); }
+
+// Per round r: (images / CPU-seconds of a's runs 2r, 2r+1) / (the same for b): the two runs of each
+// side sit symmetrically in the round (S U B B U S), so drift within the round cancels.
+std::vector<double> RoundRatios(const std::vector<SideResult>& a, const std::vector<SideResult>& b, bool per_cpu) {
+  std::vector<double> out;
+  for (size_t i = 0; i + 1 < a.size() && i + 1 < b.size(); i += 2) {
+    auto rate = [per_cpu](const SideResult& x, const SideResult& y) {
+      const double denominator = per_cpu ? x.cpu_seconds + y.cpu_seconds : x.seconds + y.seconds;
+      return denominator > 0 ? static_cast<double>(x.images + y.images) / denominator : 0.0;
+    };
+    const double ra = rate(a[i], a[i + 1]), rb = rate(b[i], b[i + 1]);
+    if (ra > 0 && rb > 0) out.push_back(ra / rb);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string ReportJson(const BenchReport& r) {
-  auto per_sec = [](const SideResult& s) { return s.seconds > 0 ? static_cast<double>(s.images) / s.seconds : 0.0; };
-  auto per_cpu = [](const SideResult& s) {
-    return s.cpu_seconds > 0 ? static_cast<double>(s.images) / s.cpu_seconds : 0.0;
-  };
   const double cores = std::max(1, r.cores);
+  const RunSpread s_cpu = SpreadOfRuns(PerCpu(r.sluice)), s_sec = SpreadOfRuns(PerSec(r.sluice));
+  const RunSpread u_cpu = SpreadOfRuns(PerCpu(r.torch_usual)), u_sec = SpreadOfRuns(PerSec(r.torch_usual));
+  const RunSpread b_cpu = SpreadOfRuns(PerCpu(r.torch_best)), b_sec = SpreadOfRuns(PerSec(r.torch_best));
+  const bool usual = !r.torch_usual.empty(), best = !r.torch_best.empty();
   json out;
   out["benchmark"] = "pipeline";
   out["cores"] = r.cores;
   out["images"] = r.dataset_images;
-  out["sluice_images_per_sec"] = per_sec(r.sluice);
-  out["sluice_images_per_sec_per_core"] = per_sec(r.sluice) / cores;
-  if (r.torch.has_value()) {
-    out["torch_images_per_sec"] = per_sec(*r.torch);
-    out["torch_images_per_sec_per_core"] = per_sec(*r.torch) / cores;
-    const double t = per_sec(*r.torch);
-    out["ratio"] = t > 0 ? json(per_sec(r.sluice) / t) : json(nullptr);
-  } else {
-    out["torch_images_per_sec"] = nullptr;
-    out["torch_images_per_sec_per_core"] = nullptr;
-    out["ratio"] = nullptr;
-  }
+  out["rounds"] = r.rounds;
+  out["order"] = RoundOrder(usual || best);
+  out["unit"] = "images per CPU-second (process + DataLoader workers), median of runs";
+  // The headline: per CPU-second, against the usual torch recipe.
+  out["ratio"] = RatioOrNull(s_cpu.median, u_cpu.median);
+  out["ratio_vs_usual"] = out["ratio"];
+  out["ratio_vs_best"] = RatioOrNull(s_cpu.median, b_cpu.median);
+  out["wall_ratio_vs_usual"] = RatioOrNull(s_sec.median, u_sec.median);
+  out["wall_ratio_vs_best"] = RatioOrNull(s_sec.median, b_sec.median);
+  out["sluice_images_per_cpu_second"] = SpreadJson(s_cpu);
+  out["torch_usual_images_per_cpu_second"] = usual ? SpreadJson(u_cpu) : json(nullptr);
+  out["torch_best_images_per_cpu_second"] = best ? SpreadJson(b_cpu) : json(nullptr);
+  out["sluice_images_per_sec"] = SpreadJson(s_sec);
+  out["torch_usual_images_per_sec"] = usual ? SpreadJson(u_sec) : json(nullptr);
+  out["torch_best_images_per_sec"] = best ? SpreadJson(b_sec) : json(nullptr);
+  out["sluice_images_per_sec_per_core"] = s_sec.median / cores;
+  out["torch_images_per_sec_per_core"] = usual ? json(u_sec.median / cores) : json(nullptr);
+  out["torch_best_images_per_sec_per_core"] = best ? json(b_sec.median / cores) : json(nullptr);
+  out["ratio_vs_usual_per_round"] = usual ? SpreadJson(SpreadOfRuns(RoundRatios(r.sluice, r.torch_usual, true)))
+                                          : json(nullptr);
+  out["ratio_vs_best_per_round"] = best ? SpreadJson(SpreadOfRuns(RoundRatios(r.sluice, r.torch_best, true)))
+                                        : json(nullptr);
   json d;
   d["images_dir"] = r.images_dir;
   d["dataset_mean_kb"] = r.dataset_mean_kb;
   d["batch_size"] = r.batch_size;
   d["machine"] = r.machine;
-  d["sluice_images_measured"] = r.sluice.images;
-  d["sluice_seconds"] = r.sluice.seconds;
-  d["sluice_cpu_seconds"] = r.sluice.cpu_seconds;
-  d["sluice_images_per_cpu_second"] = per_cpu(r.sluice);
-  if (r.torch.has_value()) {
-    d["torch_images_measured"] = r.torch->images;
-    d["torch_seconds"] = r.torch->seconds;
-    d["torch_cpu_seconds"] = r.torch->cpu_seconds;
-    d["torch_images_per_cpu_second"] = per_cpu(*r.torch);
-    const double tc = per_cpu(*r.torch);
-    d["cpu_efficiency_ratio"] = tc > 0 ? json(per_cpu(r.sluice) / tc) : json(nullptr);
+  d["load_avg_start"] = r.load_avg_start;
+  d["load_avg_end"] = r.load_avg_end;
+  d["sluice_runs"] = RunsJson(r.sluice);
+  if (usual || best) {
+    d["torch_usual_runs"] = RunsJson(r.torch_usual);
+    d["torch_best_runs"] = RunsJson(r.torch_best);
     d["torch_version"] = r.torch_version;
-  } else {
-    d["torch_error"] = r.torch_error;
   }
+  if (!r.torch_error.empty()) d["torch_error"] = r.torch_error;
   d["sluice_plan"] = r.plan;
   d["ffcv_anchor_images_per_sec_per_vcpu"] = kFfcvAnchorPerVcpu;
-  d["sluice_vs_ffcv_anchor"] = per_sec(r.sluice) / cores / kFfcvAnchorPerVcpu;
+  d["sluice_vs_ffcv_anchor"] = s_cpu.median / kFfcvAnchorPerVcpu;
   out["details"] = d;
   return out.dump();
 }
@@ -331,7 +404,9 @@ void AddPipelineBenchFlags(CLI::App* app, PipelineBenchOptions& options) {
                   "directory of *.jpg files (made by make_jpeg_dataset.py if it has none; default "
                   "$SLUICE_BENCH_IMAGES or <tmp>/sluice-bench-jpeg)");
   app->add_option("--cores", options.cores, "CPUs for each side (default: all)")->check(CLI::NonNegativeNumber);
-  app->add_option("--seconds", options.seconds, "measured seconds per side (default 20)")
+  app->add_option("--seconds", options.seconds, "measured seconds per run (default 5)")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--rounds", options.rounds, "rounds of Sluice, torch usual, torch best, best, usual, Sluice (default 2)")
       ->check(CLI::PositiveNumber);
   app->add_option("--batch", options.batch_size, "batch size (default 128)")->check(CLI::PositiveNumber);
   app->add_option("--count", options.image_count, "JPEGs to generate when the set is missing (default 2048)")
@@ -363,7 +438,7 @@ int RunPipelineBenchmark(const PipelineBenchOptions& options) {
   const std::vector<int> cpus = PickCpus(allowed, options.cores);
   report.cores = static_cast<int>(cpus.size());
   WarmCache(files, &report.dataset_mean_kb);
-  Say(absl::StrFormat("bench pipeline: %d JPEGs (%.1f kB mean) in %s; %d cores (CPUs %s); %.0f s per side",
+  Say(absl::StrFormat("bench pipeline: %d JPEGs (%.1f kB mean) in %s; %d cores (CPUs %s); %.0f s per run",
                       files.size(), report.dataset_mean_kb, dir.string(), report.cores, absl::StrJoin(cpus, ","),
                       options.seconds));
 
@@ -377,35 +452,50 @@ int RunPipelineBenchmark(const PipelineBenchOptions& options) {
   spec_text << spec_in.rdbuf();
   const std::string spec = ExpandSpecTemplate(spec_text.str(), dir.string(), options.batch_size);
 
-  Say("sluice: running");
-  auto sluice = RunSluice(spec, spec_path, options, report.cores, cpus, &report.plan);
-  if (!sluice.ok()) {
-    std::cerr << "bench pipeline: sluice run failed: " << sluice.status().message() << "\n";
-    return 1;
-  }
-  report.sluice = *sluice;
-  Say(absl::StrFormat("sluice: %.1f images/s (%.1f per core, %.1f per CPU-second)",
-                      static_cast<double>(report.sluice.images) / report.sluice.seconds,
-                      static_cast<double>(report.sluice.images) / report.sluice.seconds / report.cores,
-                      static_cast<double>(report.sluice.images) / std::max(1e-9, report.sluice.cpu_seconds)));
-
+  report.rounds = options.rounds;
+  report.load_avg_start = LoadAverage();
+  const std::string order = RoundOrder(options.run_torch);
+  Say(absl::StrFormat("bench pipeline: %d rounds of %s (S: Sluice, U: torch usual, B: torch best), %.0f s each run; "
+                      "load average %.2f",
+                      options.rounds, order, options.seconds, report.load_avg_start[0]));
   int rc = 0;
-  if (options.run_torch) {
-    Say("torch: running torch_pipeline.py (DataLoader + torchvision)");
-    auto torch = RunTorch(options, dir, report.cores, cpus, &report.torch_version);
-    if (torch.ok()) {
-      report.torch = *torch;
-      Say(absl::StrFormat("torch: %.1f images/s (%.1f per core, %.1f per CPU-second)",
-                          static_cast<double>(torch->images) / torch->seconds,
-                          static_cast<double>(torch->images) / torch->seconds / report.cores,
-                          static_cast<double>(torch->images) / std::max(1e-9, torch->cpu_seconds)));
-    } else {
-      report.torch_error = std::string(torch.status().message());
-      std::cerr << "bench pipeline: " << report.torch_error << "\n";
-      rc = 1;
+  bool torch_ok = options.run_torch;
+  if (!options.run_torch) report.torch_error = "skipped (--no-torch)";
+  for (int round = 0; round < options.rounds && rc == 0; ++round) {
+    for (size_t k = 0; k < order.size(); ++k) {
+      const char side = order[k];
+      const std::string tag = absl::StrFormat("round %d/%d run %d/%d", round + 1, options.rounds, k + 1, order.size());
+      if (side == 'S') {
+        const bool last = round + 1 == options.rounds && k + 1 == order.size();
+        auto run = RunSluice(spec, spec_path, options, report.cores, cpus, &report.plan, last);
+        if (!run.ok()) {
+          std::cerr << "bench pipeline: sluice run failed: " << run.status().message() << "\n";
+          return 1;
+        }
+        report.sluice.push_back(*run);
+        Say(absl::StrFormat("%s sluice: %.1f images/s, %.1f per CPU-second", tag, run->images_per_second(),
+                            run->images_per_cpu_second()));
+      } else if (torch_ok) {
+        const std::string variant = side == 'U' ? "usual" : "best";
+        auto run = RunTorch(options, dir, report.cores, cpus, variant, &report.torch_version);
+        if (!run.ok()) {
+          report.torch_error = std::string(run.status().message());
+          std::cerr << "bench pipeline: " << report.torch_error << "\n";
+          torch_ok = false;
+          rc = 1;
+          continue;
+        }
+        (side == 'U' ? report.torch_usual : report.torch_best).push_back(*run);
+        Say(absl::StrFormat("%s torch %s: %.1f images/s, %.1f per CPU-second", tag, variant,
+                            run->images_per_second(), run->images_per_cpu_second()));
+      }
     }
-  } else {
-    report.torch_error = "skipped (--no-torch)";
+  }
+  report.load_avg_end = LoadAverage();
+  if (!torch_ok) {
+    // A side that failed part-way is not reported: its runs no longer pair with Sluice's.
+    report.torch_usual.clear();
+    report.torch_best.clear();
   }
   std::cout << ReportJson(report) << std::endl;
   return rc;

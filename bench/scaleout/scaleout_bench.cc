@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/dataservice/bench_report.h"
 #include "bench/dataservice/bench_service.h"
+#include "bench/dataservice/trial_spread.h"
 #include "common/log.h"
 #include "dataplane/client/data_service_client.h"
 #include "local/cpu_quota.h"
@@ -30,6 +31,9 @@ absl::Status ValidateOptions(const ScaleoutBenchOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("--cpus_per_worker must be in [0.01, 64], got ", o.cpus_per_worker));
   }
   if (o.seconds <= 0) return absl::InvalidArgumentError(absl::StrCat("--seconds must be > 0, got ", o.seconds));
+  if (o.windows < 1 || o.windows > 100) {
+    return absl::InvalidArgumentError(absl::StrCat("--windows must be in [1, 100], got ", o.windows));
+  }
   if (o.warmup_seconds < 0) return absl::InvalidArgumentError(absl::StrCat("--warmup must be >= 0, got ", o.warmup_seconds));
   if (o.image_size < 2 || o.image_size > 4096) {
     return absl::InvalidArgumentError(absl::StrCat("--image_size must be in [2, 4096], got ", o.image_size));
@@ -63,7 +67,8 @@ WorkerSample Sample(const LocalDataService& ds, const CpuQuota& quota) {
   return s;
 }
 
-// Reads a fresh SHARDING_OFF job from all current workers for the window.
+// Reads a fresh SHARDING_OFF job from all current workers: a warm-up, then `windows` consecutive
+// windows; the point is their median.
 absl::StatusOr<ScaleoutPoint> Measure(LocalDataService& ds, const CpuQuota& quota, const pipeline::PipelineDef& def,
                                       const ScaleoutBenchOptions& o) {
   client::DataServiceClientOptions co;
@@ -81,7 +86,9 @@ absl::StatusOr<ScaleoutPoint> Measure(LocalDataService& ds, const CpuQuota& quot
   int64_t elements = 0;
   ScaleoutPoint p;
   p.workers = n;
-  while (true) {
+  std::vector<double> cpu_per_second;
+  int64_t periods = 0, throttled = 0;
+  while (static_cast<int>(p.window_elements_per_second.size()) < o.windows) {
     auto next = c->GetNext(absl::Seconds(60));
     if (!next.ok()) return next.status();
     if (!next->has_value()) return absl::DataLossError("the scale-out job ended before the measurement window closed");
@@ -98,19 +105,25 @@ absl::StatusOr<ScaleoutPoint> Measure(LocalDataService& ds, const CpuQuota& quot
     if (now - start >= absl::Seconds(o.seconds)) {
       const WorkerSample after = Sample(ds, quota);
       const double wall = absl::ToDoubleSeconds(now - start);
-      p.elements_per_second = static_cast<double>(elements) / wall;
       double cpu = 0;
-      int64_t periods = 0, throttled = 0;
       for (int i = 0; i < n; ++i) {
         cpu += after.cpu_seconds[i] - before.cpu_seconds[i];
         periods += after.throttle[i].periods - before.throttle[i].periods;
         throttled += after.throttle[i].throttled_periods - before.throttle[i].throttled_periods;
       }
-      p.worker_cpu_per_second = cpu / wall / n;
-      p.throttled_fraction = Ratio(static_cast<double>(throttled), static_cast<double>(periods));
-      break;
+      p.window_elements_per_second.push_back(static_cast<double>(elements) / wall);
+      cpu_per_second.push_back(cpu / wall / n);
+      std::fprintf(stderr, "scaleout: %d workers  window %zu/%d  %9.1f elements/s\n", n,
+                   p.window_elements_per_second.size(), o.windows, p.window_elements_per_second.back());
+      // The next window starts with this element's arrival.
+      start = now;
+      before = after;
+      elements = 0;
     }
   }
+  p.elements_per_second = Median(p.window_elements_per_second);
+  p.worker_cpu_per_second = Median(cpu_per_second);
+  p.throttled_fraction = Ratio(static_cast<double>(throttled), static_cast<double>(periods));
   c->Cancel();
   return p;
 }
@@ -118,8 +131,11 @@ absl::StatusOr<ScaleoutPoint> Measure(LocalDataService& ds, const CpuQuota& quot
 }  // namespace
 
 std::string ScaleoutPipelineSpec(const ScaleoutBenchOptions& o) {
+  // 10 million elements: far more than any worker reads in a point (about 600/s for ~15 s), and
+  // only 39,063 splits to list. (With 1e9, 3.9 million splits, a worker held to 0.2 CPU on a loaded
+  // machine took over a minute to list them for each new job.)
   return absl::StrCat("name: scaleout-bench\n",
-                      "source: {synthetic: {count: 1000000000, shape: [", o.image_size, ", ", o.image_size,
+                      "source: {synthetic: {count: 10000000, shape: [", o.image_size, ", ", o.image_size,
                       ", 3], dtype: uint8, split_size: 256}}\n",
                       "steps:\n",
                       "  - map:\n",
@@ -148,8 +164,14 @@ nlohmann::json ScaleoutResultJson(const std::vector<ScaleoutPoint>& points, cons
     const double eff = ScalingEfficiency(p.elements_per_second, p.workers, one);
     out[absl::StrCat("throughput_", p.workers)] = Round(p.elements_per_second, 1);
     out[absl::StrCat("efficiency_", p.workers)] = Round(eff, 3);
+    std::vector<double> windows = p.window_elements_per_second;
+    if (windows.empty()) windows.push_back(p.elements_per_second);
+    nlohmann::json rounded = nlohmann::json::array();
+    for (double w : windows) rounded.push_back(Round(w, 1));
     list.push_back({{"workers", p.workers},
                     {"elements_per_second", Round(p.elements_per_second, 1)},
+                    {"elements_per_second_spread", TrialSpreadJson(SpreadOfTrials(windows), 1)},
+                    {"window_elements_per_second", rounded},
                     {"per_worker_elements_per_second", Round(Ratio(p.elements_per_second, p.workers), 1)},
                     {"efficiency", Round(eff, 3)},
                     {"worker_cpu_per_second", Round(p.worker_cpu_per_second, 3)},
@@ -159,6 +181,22 @@ nlohmann::json ScaleoutResultJson(const std::vector<ScaleoutPoint>& points, cons
   out["points"] = std::move(list);
   out["max_workers"] = max == nullptr ? 0 : max->workers;
   out["efficiency_at_max"] = max == nullptr ? 0.0 : Round(ScalingEfficiency(max->elements_per_second, max->workers, one), 3);
+  // How far the efficiency can move with the windows: the largest count's slowest (fastest) window
+  // over the one-worker point's fastest (slowest) window.
+  const ScaleoutPoint* base = nullptr;
+  for (const auto& p : points) {
+    if (p.workers == 1) base = &p;
+  }
+  nlohmann::json range = nullptr;
+  if (max != nullptr && base != nullptr) {
+    auto windows = [](const ScaleoutPoint& p) {
+      return p.window_elements_per_second.empty() ? std::vector<double>{p.elements_per_second}
+                                                  : p.window_elements_per_second;
+    };
+    const TrialSpread m = SpreadOfTrials(windows(*max)), b = SpreadOfTrials(windows(*base));
+    range = {Round(ScalingEfficiency(m.min, max->workers, b.max), 3), Round(ScalingEfficiency(m.max, max->workers, b.min), 3)};
+  }
+  out["efficiency_at_max_range"] = range;
   for (const auto& [key, value] : extra.items()) out[key] = value;
   return out;
 }
@@ -167,7 +205,9 @@ void AddScaleoutBenchFlags(CLI::App* app, ScaleoutBenchOptions& o) {
   app->add_option("--workers", o.worker_counts, "worker counts to measure, ascending")->capture_default_str();
   app->add_option("--cpus_per_worker", o.cpus_per_worker, "CPU quota per worker (fraction of one CPU)")
       ->capture_default_str();
-  app->add_option("--seconds", o.seconds, "measured seconds per worker count")->capture_default_str();
+  app->add_option("--seconds", o.seconds, "seconds per measured window")->capture_default_str();
+  app->add_option("--windows", o.windows, "measured windows per worker count (median and spread reported)")
+      ->capture_default_str();
   app->add_option("--warmup", o.warmup_seconds, "unmeasured seconds per worker count")->capture_default_str();
   app->add_option("--image_size", o.image_size, "synthetic input image side (pixels)")->capture_default_str();
   app->add_option("--output_size", o.output_size, "image side after resize")->capture_default_str();
@@ -198,9 +238,9 @@ int RunScaleoutBenchmark(const ScaleoutBenchOptions& o) {
   auto ds = StartBenchService(dso);
   if (!ds.ok()) return Fail(ds.status(), *log_dir);
   const CpuQuota* quota = (*ds)->cpu_quota();
-  std::cout << "scaleout: CPU limit per worker: " << quota->Describe() << std::endl;
-  for (const auto& note : quota->notes()) std::cout << "scaleout:   (" << note << ")" << std::endl;
-  std::cout << "scaleout: logs in " << *log_dir << std::endl;
+  std::cerr << "scaleout: CPU limit per worker: " << quota->Describe() << std::endl;
+  for (const auto& note : quota->notes()) std::cerr << "scaleout:   (" << note << ")" << std::endl;
+  std::cerr << "scaleout: logs in " << *log_dir << std::endl;
 
   std::vector<ScaleoutPoint> points;
   for (int n : counts) {
@@ -215,10 +255,12 @@ int RunScaleoutBenchmark(const ScaleoutBenchOptions& o) {
                                                                p.status().message())),
                   *log_dir);
     }
-    std::printf("scaleout: %d workers  %9.1f elements/s  (%.1f per worker, worker CPU %.3f/s each, throttled %.0f%%)\n",
-                n, p->elements_per_second, p->elements_per_second / n, p->worker_cpu_per_second,
-                100 * p->throttled_fraction);
-    std::fflush(stdout);
+    const TrialSpread spread = SpreadOfTrials(p->window_elements_per_second);
+    std::fprintf(stderr,
+                 "scaleout: %d workers  %9.1f elements/s median of %d windows (%.1f-%.1f; %.1f per worker, worker CPU "
+                 "%.3f/s each, throttled %.0f%%)\n",
+                 n, p->elements_per_second, spread.n, spread.min, spread.max, p->elements_per_second / n,
+                 p->worker_cpu_per_second, 100 * p->throttled_fraction);
     points.push_back(*p);
   }
   const MachineInfo after = ReadMachineInfo();
@@ -229,7 +271,8 @@ int RunScaleoutBenchmark(const ScaleoutBenchOptions& o) {
       {"mode", "processes: sluice-dispatcher + CPU-limited sluice-worker processes, client in the benchmark process"},
       {"pipeline", absl::StrCat("synthetic uint8 ", o.image_size, "x", o.image_size, "x3 -> resize ", o.output_size,
                                 " -> normalize (float32), 1 thread per worker")},
-      {"seconds_per_point", o.seconds},
+      {"seconds_per_window", o.seconds},
+      {"windows_per_point", o.windows},
       {"machine", ToJson(machine)},
       {"load_avg_after", {after.load1, after.load5, after.load15}},
   };

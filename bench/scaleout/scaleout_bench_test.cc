@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "bench/dataservice/bench_report.h"
+#include "bench/dataservice/trial_spread.h"
 #include "dataplane/pipeline/pipeline.h"
 
 namespace sluice::bench {
@@ -27,6 +28,21 @@ TEST_CASE("The scale-out pipeline resizes and normalises synthetic images") {
   CHECK(data->nbytes() == 16 * 16 * 3 * 4);
 }
 
+TEST_CASE("SpreadOfTrials: median, range and relative range") {
+  TrialSpread s = SpreadOfTrials({5, 1, 3});
+  CHECK(s.median == 3);
+  CHECK(s.min == 1);
+  CHECK(s.max == 5);
+  CHECK(s.n == 3);
+  CHECK(s.relative_range() == Approx(4.0 / 3.0));
+  CHECK(SpreadOfTrials({2, 4}).median == 3);
+  CHECK(SpreadOfTrials({}).n == 0);
+  CHECK(SpreadOfTrials({7}).relative_range() == 0);
+  auto j = TrialSpreadJson(SpreadOfTrials({1.234, 2.345}), 1);
+  CHECK(j["median"].get<double>() == Approx(1.8));
+  CHECK(j["n"] == 2);
+}
+
 TEST_CASE("ScalingEfficiency") {
   CHECK(ScalingEfficiency(800, 8, 100) == Approx(1.0));
   CHECK(ScalingEfficiency(400, 8, 100) == Approx(0.5));
@@ -35,7 +51,10 @@ TEST_CASE("ScalingEfficiency") {
 }
 
 TEST_CASE("ScaleoutResultJson: per-count keys and efficiency at the largest count") {
-  std::vector<ScaleoutPoint> points = {{1, 100, 0.2, 0.9}, {2, 190, 0.2, 0.9}, {4, 360, 0.2, 0.9}, {8, 640, 0.19, 0.8}};
+  std::vector<ScaleoutPoint> points = {{1, 100, 0.2, 0.9, {90, 100, 110}},
+                                       {2, 190, 0.2, 0.9, {}},
+                                       {4, 360, 0.2, 0.9, {}},
+                                       {8, 640, 0.19, 0.8, {600, 640, 700}}};
   auto j = ScaleoutResultJson(points, "cgroup-v1", {{"cpus_per_worker", 0.2}});
   CHECK(j["benchmark"] == "scaleout");
   CHECK(j["quota_mechanism"] == "cgroup-v1");
@@ -47,9 +66,23 @@ TEST_CASE("ScaleoutResultJson: per-count keys and efficiency at the largest coun
   CHECK(j["points"].size() == 4);
   CHECK(j["points"][3]["per_worker_elements_per_second"].get<double>() == Approx(80));
   CHECK(j["cpus_per_worker"].get<double>() == Approx(0.2));
+  // Median and spread of each point's windows; a point without windows is its one figure.
+  CHECK(j["points"][0]["elements_per_second_spread"]["median"].get<double>() == Approx(100));
+  CHECK(j["points"][0]["elements_per_second_spread"]["min"].get<double>() == Approx(90));
+  CHECK(j["points"][0]["elements_per_second_spread"]["max"].get<double>() == Approx(110));
+  CHECK(j["points"][0]["elements_per_second_spread"]["n"] == 3);
+  CHECK(j["points"][0]["elements_per_second_spread"]["relative_range"].get<double>() == Approx(0.2));
+  CHECK(j["points"][0]["window_elements_per_second"].size() == 3);
+  CHECK(j["points"][1]["elements_per_second_spread"]["n"] == 1);
+  CHECK(j["points"][1]["elements_per_second_spread"]["relative_range"].get<double>() == 0);
+  // Efficiency range: 600 / (8 x 110) .. 700 / (8 x 90).
+  REQUIRE(j["efficiency_at_max_range"].is_array());
+  CHECK(j["efficiency_at_max_range"][0].get<double>() == Approx(0.682));
+  CHECK(j["efficiency_at_max_range"][1].get<double>() == Approx(0.972));
   // Without a one-worker measurement there is no baseline.
-  auto no_base = ScaleoutResultJson({{2, 190, 0.2, 0}}, "taskset", {});
+  auto no_base = ScaleoutResultJson({{2, 190, 0.2, 0, {}}}, "taskset", {});
   CHECK(no_base["efficiency_at_max"] == 0.0);
+  CHECK(no_base["efficiency_at_max_range"].is_null());
   CHECK(ScaleoutResultJson({}, "taskset", {})["max_workers"] == 0);
 }
 
@@ -65,6 +98,9 @@ TEST_CASE("Invalid scale-out options fail before any process starts") {
   CHECK(RunScaleoutBenchmark(o) == 1);
   o = ScaleoutBenchOptions();
   o.output_size = 1000;
+  CHECK(RunScaleoutBenchmark(o) == 1);
+  o = ScaleoutBenchOptions();
+  o.windows = 0;
   CHECK(RunScaleoutBenchmark(o) == 1);
   o = ScaleoutBenchOptions();
   o.quota = "docker";

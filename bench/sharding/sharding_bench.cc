@@ -1,12 +1,18 @@
 #include "bench/sharding/sharding_bench.h"
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "bench/dataservice/bench_report.h"
 #include "bench/dataservice/bench_service.h"
+#include "bench/dataservice/trial_spread.h"
 #include "common/log.h"
 #include "dataplane/client/data_service_client.h"
 
@@ -90,7 +96,89 @@ absl::StatusOr<ShardingTrial> RunTrial(local::LocalDataService& ds, CountingDisp
   return trial;
 }
 
+// Every "dynamic sharding epoch done" line in the workers' logs under `log_dir`.
+std::vector<DynamicEpochLog> ReadDynamicEpochLogs(const std::string& log_dir) {
+  std::vector<DynamicEpochLog> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(log_dir, ec)) {
+    if (!absl::StartsWith(entry.path().filename().string(), "worker-")) continue;
+    std::ifstream in(entry.path());
+    std::string line;
+    while (std::getline(in, line)) {
+      if (auto e = ParseDynamicEpochLog(line); e.has_value()) out.push_back(*e);
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+std::optional<DynamicEpochLog> ParseDynamicEpochLog(absl::string_view line) {
+  constexpr absl::string_view kMsg = "msg=\"dynamic sharding epoch done\"";
+  const size_t at = line.find(kMsg);
+  if (at == absl::string_view::npos) return std::nullopt;
+  DynamicEpochLog e;
+  const absl::flat_hash_map<absl::string_view, int64_t*> ints = {
+      {"task_id", &e.task_id}, {"epoch", &e.epoch}, {"elements", &e.elements}, {"splits", &e.splits}, {"rpcs", &e.rpcs}};
+  const absl::flat_hash_map<absl::string_view, double*> doubles = {
+      {"seconds", &e.seconds},
+      {"rpc_seconds", &e.rpc_seconds},
+      {"wait_first_split_seconds", &e.wait_first_split_seconds},
+      {"wait_split_seconds", &e.wait_split_seconds},
+      {"wait_end_seconds", &e.wait_end_seconds},
+      {"wait_ack_seconds", &e.wait_ack_seconds},
+      {"wait_lease_seconds", &e.wait_lease_seconds},
+      {"wait_epoch_end_seconds", &e.wait_epoch_end_seconds}};
+  int found = 0;
+  for (absl::string_view field : absl::StrSplit(line.substr(at + kMsg.size()), ' ', absl::SkipEmpty())) {
+    const size_t eq = field.find('=');
+    if (eq == absl::string_view::npos) continue;
+    const absl::string_view key = field.substr(0, eq), value = field.substr(eq + 1);
+    if (auto it = ints.find(key); it != ints.end()) {
+      if (!absl::SimpleAtoi(value, it->second)) return std::nullopt;
+      ++found;
+    } else if (auto dt = doubles.find(key); dt != doubles.end()) {
+      if (!absl::SimpleAtod(value, dt->second)) return std::nullopt;
+      ++found;
+    }
+  }
+  if (found != static_cast<int>(ints.size() + doubles.size())) return std::nullopt;
+  return e;
+}
+
+nlohmann::json DynamicEpochsJson(const std::vector<DynamicEpochLog>& epochs) {
+  DynamicEpochLog sum;
+  for (const auto& e : epochs) {
+    sum.elements += e.elements;
+    sum.splits += e.splits;
+    sum.rpcs += e.rpcs;
+    sum.seconds += e.seconds;
+    sum.rpc_seconds += e.rpc_seconds;
+    sum.wait_first_split_seconds += e.wait_first_split_seconds;
+    sum.wait_split_seconds += e.wait_split_seconds;
+    sum.wait_end_seconds += e.wait_end_seconds;
+    sum.wait_ack_seconds += e.wait_ack_seconds;
+    sum.wait_lease_seconds += e.wait_lease_seconds;
+    sum.wait_epoch_end_seconds += e.wait_epoch_end_seconds;
+  }
+  const double n = static_cast<double>(epochs.size());
+  const double waited = sum.wait_first_split_seconds + sum.wait_split_seconds + sum.wait_end_seconds +
+                        sum.wait_ack_seconds + sum.wait_lease_seconds + sum.wait_epoch_end_seconds;
+  return {{"task_epochs", epochs.size()},
+          {"elements_per_task_epoch", Round(Ratio(static_cast<double>(sum.elements), n), 1)},
+          {"splits_per_task_epoch", Round(Ratio(static_cast<double>(sum.splits), n), 2)},
+          {"seconds_per_task_epoch", Round(Ratio(sum.seconds, n), 4)},
+          {"getsplits_per_split", Round(Ratio(static_cast<double>(sum.rpcs), static_cast<double>(sum.splits)), 2)},
+          {"getsplits_mean_ms", Round(1e3 * Ratio(sum.rpc_seconds, static_cast<double>(sum.rpcs)), 3)},
+          {"wait_first_split_fraction", Round(Ratio(sum.wait_first_split_seconds, sum.seconds), 4)},
+          {"wait_split_fraction", Round(Ratio(sum.wait_split_seconds, sum.seconds), 4)},
+          {"wait_end_fraction", Round(Ratio(sum.wait_end_seconds, sum.seconds), 4)},
+          {"wait_ack_fraction", Round(Ratio(sum.wait_ack_seconds, sum.seconds), 4)},
+          {"wait_lease_fraction", Round(Ratio(sum.wait_lease_seconds, sum.seconds), 4)},
+          {"wait_epoch_end_fraction", Round(Ratio(sum.wait_epoch_end_seconds, sum.seconds), 4)},
+          {"wait_fraction", Round(Ratio(waited, sum.seconds), 4)},
+          {"wait_ack_ms_per_split", Round(1e3 * Ratio(sum.wait_ack_seconds, static_cast<double>(sum.splits)), 3)}};
+}
 
 std::string ShardingPipelineSpec(const ShardingBenchOptions& o) {
   const int half = std::max(1, o.image_size / 2);
@@ -131,11 +219,19 @@ nlohmann::json ShardingResultJson(const std::vector<ShardingTrial>& dynamic, con
   for (const auto& t : counted_off) counted_off_eps.push_back(t.elements_per_second);
   const double dyn = Median(dyn_eps), par = Median(off_eps);
   const double ratio = Ratio(dyn, par);
+  // Trial i of each mode ran next to each other (D O, then O D: ABBA), so their ratio pairs them.
+  std::vector<double> pair_ratios;
+  for (size_t i = 0; i < dyn_eps.size() && i < off_eps.size(); ++i) {
+    if (off_eps[i] > 0) pair_ratios.push_back(dyn_eps[i] / off_eps[i]);
+  }
   nlohmann::json out = {
       {"benchmark", "sharding"},
       {"ratio", Round(ratio, 3)},
       {"dynamic_elements_per_second", Round(dyn, 1)},
       {"off_elements_per_second", Round(par, 1)},
+      {"dynamic_spread", TrialSpreadJson(SpreadOfTrials(dyn_eps), 1)},
+      {"off_spread", TrialSpreadJson(SpreadOfTrials(off_eps), 1)},
+      {"ratio_per_pair", TrialSpreadJson(SpreadOfTrials(pair_ratios), 3)},
       {"dynamic_trials", nlohmann::json::array()},
       {"off_trials", nlohmann::json::array()},
       {"target_ratio", target},
@@ -189,7 +285,7 @@ int RunShardingBenchmark(const ShardingBenchOptions& o) {
   const MachineInfo machine = ReadMachineInfo();
   auto log_dir = MakeLogDir("sharding");
   if (!log_dir.ok()) return Fail(log_dir.status(), "");
-  std::cout << "sharding: starting sluice-dispatcher, a counting proxy and " << o.workers
+  std::cerr << "sharding: starting sluice-dispatcher, a counting proxy and " << o.workers
             << " sluice-worker processes (logs in " << *log_dir << ")" << std::endl;
   auto ds = StartBenchService(BenchServiceOptions(o.bin_dir, *log_dir, {"--job_gc_grace_ms=0", "--tick_interval_ms=50"}));
   if (!ds.ok()) return Fail(ds.status(), *log_dir);
@@ -212,17 +308,16 @@ int RunShardingBenchmark(const ShardingBenchOptions& o) {
           return absl::Status(t.status().code(), absl::StrCat(phase, " ", dyn ? "DYNAMIC" : "OFF", " trial ",
                                                               trial + 1, " failed: ", t.status().message()));
         }
-        std::printf("sharding: %s trial %d/%d %-7s %9.1f elements/s", phase, trial + 1, trials,
+        std::fprintf(stderr, "sharding: %s trial %d/%d %-7s %9.1f elements/s", phase, trial + 1, trials,
                     dyn ? "dynamic" : "off", t->elements_per_second);
         if (t->calls.get_splits_calls > 0) {
-          std::printf("  GetSplits: %lld calls (%lld fetches, %lld with splits, %lld polls; %lld ack-only), %lld splits",
+          std::fprintf(stderr, "  GetSplits: %lld calls (%lld fetches, %lld with splits, %lld polls; %lld ack-only), %lld splits",
                       static_cast<long long>(t->calls.get_splits_calls), static_cast<long long>(t->calls.fetch_calls),
                       static_cast<long long>(t->calls.fetches_with_splits),
                       static_cast<long long>(t->calls.empty_answers), static_cast<long long>(t->calls.ack_only_calls),
                       static_cast<long long>(t->calls.splits_handed_out));
         }
-        std::printf("\n");
-        std::fflush(stdout);
+        std::fprintf(stderr, "\n");
         (dyn ? dynamic : off).push_back(*t);
       }
     }
@@ -231,6 +326,10 @@ int RunShardingBenchmark(const ShardingBenchOptions& o) {
   // Timed: workers talk to the dispatcher directly.
   std::vector<ShardingTrial> dynamic, off, counted_dynamic, counted_off;
   if (absl::Status s = run_trials(o.trials, "timed", dynamic, off); !s.ok()) return Fail(s, *log_dir);
+  // Only the timed trials' workers have logged so far.
+  const std::vector<DynamicEpochLog> epochs = ReadDynamicEpochLogs(*log_dir);
+  const nlohmann::json waits = DynamicEpochsJson(epochs);
+  std::cerr << "sharding: DYNAMIC workers' split readers during the timed trials: " << waits.dump() << std::endl;
   // Counted: new workers reach the dispatcher through the proxy.
   (*ds)->set_worker_dispatcher_address((*proxy)->address());
   if (absl::Status s = run_trials(1, "counted", counted_dynamic, counted_off); !s.ok()) return Fail(s, *log_dir);
@@ -244,6 +343,7 @@ int RunShardingBenchmark(const ShardingBenchOptions& o) {
       {"trials", o.trials},
       {"machine", ToJson(machine)},
       {"load_avg_after", {after.load1, after.load5, after.load15}},
+      {"dynamic_split_reader", waits},
   };
   StopBenchService(*ds);
   proxy->reset();

@@ -10,15 +10,22 @@
 // reach the dispatcher through a counting proxy (counting_proxy.h) for one more trial of each mode,
 // which shows how many GetSplits calls fetched how many splits (batching). The proxy's extra hop
 // slows DYNAMIC (a split's start is acknowledged before it is read), so those trials are reported
-// separately and not used for the ratio.
+// separately and not used for the ratio. The JSON reports medians, spreads and the ratios of the
+// adjacent DYNAMIC/OFF pairs, and, from the workers' "dynamic sharding epoch done" log lines
+// (task_runner.cc), where the DYNAMIC workers' split readers waited during the timed trials: for
+// splits (fetch or poll in flight), for start acknowledgements, for leases, at epoch ends, and what
+// the GetSplits round trips cost. Progress goes to stderr, the JSON line to stdout.
 //
 // Threading: RunShardingBenchmark runs on the caller's thread (the supervisor forks on its own).
 #ifndef SLUICE_BENCH_SHARDING_SHARDING_BENCH_H_
 #define SLUICE_BENCH_SHARDING_SHARDING_BENCH_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "absl/strings/string_view.h"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -29,7 +36,7 @@ namespace sluice::bench {
 
 struct ShardingBenchOptions {
   int workers = 2;
-  int trials = 4;                    // per mode
+  int trials = 6;                    // per mode
   int64_t elements_per_epoch = 8192;
   int64_t split_size = 128;          // elements per split
   int64_t num_epochs = 2;
@@ -53,6 +60,19 @@ struct ShardingTrial {
   int64_t distinct_elements = 0;     // distinct (key, epoch-less) values seen, DYNAMIC only
   DispatcherCallCounts calls;        // proxy counts during the trial
 };
+
+// One "dynamic sharding epoch done" line of a worker's log: one task's epoch.
+struct DynamicEpochLog {
+  int64_t task_id = 0, epoch = 0, elements = 0, splits = 0, rpcs = 0;
+  double seconds = 0, rpc_seconds = 0;
+  double wait_first_split_seconds = 0, wait_split_seconds = 0, wait_end_seconds = 0;
+  double wait_ack_seconds = 0, wait_lease_seconds = 0, wait_epoch_end_seconds = 0;
+};
+// Parses such a line (logfmt); nullopt for any other line or a malformed one.
+std::optional<DynamicEpochLog> ParseDynamicEpochLog(absl::string_view line);
+// Sums of the epochs: per-epoch means, mean GetSplits round trip, and the share of the epochs'
+// time the split reader waited, by cause.
+nlohmann::json DynamicEpochsJson(const std::vector<DynamicEpochLog>& epochs);
 
 // Result object: ratio = median(dynamic) / median(off) throughput of the timed trials, and GetSplits
 // calls vs splits from the counted trials (summed over `counted_dynamic`): splits_per_fetch (splits

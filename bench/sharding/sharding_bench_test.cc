@@ -67,12 +67,63 @@ TEST_CASE("ShardingResultJson: ratio of the timed medians, GetSplits batching fr
   CHECK(j["dynamic_via_proxy_elements_per_second"].get<double>() == Approx(70));
   CHECK(j["off_via_proxy_elements_per_second"].get<double>() == Approx(99));
   CHECK(j["mode"] == "x");
+  // Medians and spreads of the timed trials, and the ratios of the adjacent (ABBA) pairs.
+  CHECK(j["dynamic_spread"]["median"].get<double>() == Approx(90));
+  CHECK(j["dynamic_spread"]["min"].get<double>() == Approx(80));
+  CHECK(j["dynamic_spread"]["max"].get<double>() == Approx(95));
+  CHECK(j["dynamic_spread"]["n"] == 3);
+  CHECK(j["off_spread"]["relative_range"].get<double>() == Approx(0.1));
+  CHECK(j["ratio_per_pair"]["n"] == 3);
+  CHECK(j["ratio_per_pair"]["min"].get<double>() == Approx(0.727));  // 80 / 110
+  CHECK(j["ratio_per_pair"]["max"].get<double>() == Approx(0.95));
+  CHECK(j["ratio_per_pair"]["median"].get<double>() == Approx(0.9));
 
   auto slow = ShardingResultJson({Trial(50, 0, 0)}, {Trial(100, 0, 0)}, {}, {}, 1, o, 0.9, {});
   CHECK(slow["meets_target"] == false);
   auto none = ShardingResultJson({}, {}, {}, {}, 1, o, 0.9, {});
   CHECK(none["ratio"] == 0);
   CHECK(none["splits_per_call"] == 0);
+}
+
+TEST_CASE("ParseDynamicEpochLog reads the workers' epoch lines and nothing else") {
+  const std::string line =
+      "ts=2026-11-29T03:10:00.123Z level=info component=worker msg=\"dynamic sharding epoch done\" task_id=7 epoch=1 "
+      "elements=4096 seconds=1.25 splits=32 rpcs=70 rpc_seconds=0.07 wait_first_split_seconds=0.01 "
+      "wait_split_seconds=0.05 wait_end_seconds=0.03 wait_ack_seconds=0.04 "
+      "wait_lease_seconds=0 wait_epoch_end_seconds=0.002";
+  auto e = ParseDynamicEpochLog(line);
+  REQUIRE(e.has_value());
+  CHECK(e->task_id == 7);
+  CHECK(e->epoch == 1);
+  CHECK(e->elements == 4096);
+  CHECK(e->splits == 32);
+  CHECK(e->rpcs == 70);
+  CHECK(e->seconds == Approx(1.25));
+  CHECK(e->wait_ack_seconds == Approx(0.04));
+  CHECK(e->wait_epoch_end_seconds == Approx(0.002));
+  CHECK(e->wait_first_split_seconds == Approx(0.01));
+  CHECK(e->wait_end_seconds == Approx(0.03));
+  CHECK_FALSE(ParseDynamicEpochLog("ts=x level=info msg=\"task started\" task_id=7").has_value());
+  // A line missing a field, or with a malformed number, is not counted.
+  CHECK_FALSE(ParseDynamicEpochLog("msg=\"dynamic sharding epoch done\" task_id=7 epoch=1").has_value());
+  std::string bad = line;
+  bad.replace(bad.find("rpcs=70"), 7, "rpcs=7x");
+  CHECK_FALSE(ParseDynamicEpochLog(bad).has_value());
+
+  DynamicEpochLog other = *e;
+  other.seconds = 0.75;
+  other.wait_ack_seconds = 0.06;
+  auto j = DynamicEpochsJson({*e, other});
+  CHECK(j["task_epochs"] == 2);
+  CHECK(j["seconds_per_task_epoch"].get<double>() == Approx(1.0));
+  CHECK(j["wait_ack_fraction"].get<double>() == Approx(0.05));  // 0.1 of 2 s
+  CHECK(j["getsplits_per_split"].get<double>() == Approx(2.19));  // 140 / 64
+  CHECK(j["getsplits_mean_ms"].get<double>() == Approx(1.0));
+  CHECK(j["wait_ack_ms_per_split"].get<double>() == Approx(1.563));
+  CHECK(j["wait_end_fraction"].get<double>() == Approx(0.03));
+  CHECK(j["wait_fraction"].get<double>() == Approx((0.02 + 0.1 + 0.06 + 0.1 + 0.004) / 2.0).epsilon(0.001));
+  CHECK(DynamicEpochsJson({})["task_epochs"] == 0);
+  CHECK(DynamicEpochsJson({})["wait_fraction"] == 0);
 }
 
 TEST_CASE("Invalid sharding options fail before any process starts") {

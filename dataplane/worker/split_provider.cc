@@ -106,12 +106,16 @@ void DispatcherSplitProvider::FetchLoop() {
       covers = started_;  // every start so far is in this request or was acknowledged before
       fetch_in_flight_ = true;
     }
+    const absl::Time rpc_start = absl::Now();
     absl::StatusOr<service::GetSplitsResponse> response = dispatcher_->GetSplits(request, CallOptions{&cancel_});
+    const double rpc_seconds = absl::ToDoubleSeconds(absl::Now() - rpc_start);
     absl::Duration wait = absl::ZeroDuration();
     {
       absl::MutexLock lock(&mu_);
       fetch_in_flight_ = false;
       ++calls_;
+      ++stats_.rpcs;
+      stats_.rpc_seconds += rpc_seconds;
       if (!response.ok()) {
         // The acknowledgements may not have arrived: send them again next time.
         unreported_starts_.insert(unreported_starts_.begin(), request.started_split_indices().begin(),
@@ -186,11 +190,20 @@ void DispatcherSplitProvider::FetchLoop() {
 absl::StatusOr<std::optional<pipeline::Split>> DispatcherSplitProvider::GetNext() {
   absl::MutexLock lock(&mu_);
   ++waiting_readers_;
+  absl::Time wait_start = absl::Now();
   mu_.Await(absl::Condition(
       +[](DispatcherSplitProvider* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
         return self->stopped_ || !self->queue_.empty() || self->end_of_splits_ || !self->error_.ok();
       },
       this));
+  const double waited = absl::ToDoubleSeconds(absl::Now() - wait_start);
+  if (queue_.empty()) {
+    stats_.wait_end_seconds += waited;
+  } else if (started_in_epoch_ == 0) {
+    stats_.wait_first_split_seconds += waited;
+  } else {
+    stats_.wait_split_seconds += waited;
+  }
   --waiting_readers_;
   if (stopped_) return absl::CancelledError(absl::StrCat("task_id ", task_id_, ": split provider cancelled"));
   if (!queue_.empty()) {
@@ -208,10 +221,14 @@ absl::StatusOr<std::optional<pipeline::Split>> DispatcherSplitProvider::GetNext(
       lease.dirty = true;
     }
     const int64_t start = ++started_;
+    ++started_in_epoch_;
+    ++stats_.splits_started;
     if (options_.ack_before_start) {
       // The dispatcher must know before any element of the split can leave this worker.
       auto acked = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopped_ || !error_.ok() || acked_ >= start; };
+      wait_start = absl::Now();
       mu_.Await(absl::Condition(&acked));
+      stats_.wait_ack_seconds += absl::ToDoubleSeconds(absl::Now() - wait_start);
       if (stopped_) return absl::CancelledError(absl::StrCat("task_id ", task_id_, ": split provider cancelled"));
       if (acked_ < start) return error_;
     }
@@ -222,7 +239,9 @@ absl::StatusOr<std::optional<pipeline::Split>> DispatcherSplitProvider::GetNext(
   auto acknowledged = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stopped_ || !error_.ok() || !FinishesPending();
   };
+  wait_start = absl::Now();
   mu_.Await(absl::Condition(&acknowledged));
+  stats_.wait_epoch_end_seconds += absl::ToDoubleSeconds(absl::Now() - wait_start);
   if (stopped_) return absl::CancelledError(absl::StrCat("task_id ", task_id_, ": split provider cancelled"));
   if (!error_.ok()) return error_;
   return std::optional<pipeline::Split>();
@@ -244,7 +263,11 @@ absl::StatusOr<pipeline::SplitLease> DispatcherSplitProvider::RenewLease(const p
     lease.dirty = true;
   }
   auto covered = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopped_ || !error_.ok() || lease.granted > position; };
-  mu_.Await(absl::Condition(&covered));
+  if (!covered()) {
+    const absl::Time wait_start = absl::Now();
+    mu_.Await(absl::Condition(&covered));
+    stats_.wait_lease_seconds += absl::ToDoubleSeconds(absl::Now() - wait_start);
+  }
   if (stopped_) return absl::CancelledError(absl::StrCat("task_id ", task_id_, ": split provider cancelled"));
   if (lease.granted <= position) return error_;
   pipeline::SplitLease out;
@@ -300,6 +323,7 @@ absl::Status DispatcherSplitProvider::Reset() {
     }
   }
   ++epoch_;
+  started_in_epoch_ = 0;
   end_of_splits_ = false;
   return absl::OkStatus();
 }
@@ -320,6 +344,11 @@ void DispatcherSplitProvider::RestoreUnreportedStarts(const std::vector<uint64_t
 int64_t DispatcherSplitProvider::epoch() const {
   absl::MutexLock lock(&mu_);
   return epoch_;
+}
+
+SplitProviderStats DispatcherSplitProvider::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
 }
 
 int64_t DispatcherSplitProvider::get_splits_calls() const {

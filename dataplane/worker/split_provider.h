@@ -64,6 +64,21 @@ struct SplitProviderOptions {
   absl::Duration max_poll_interval = absl::Milliseconds(50);  // "nothing now" answers (cheap for the dispatcher)
 };
 
+// Where a provider's reader spent its time waiting, and what its GetSplits calls cost; cumulative
+// since the provider was made (for the sharding benchmark's analysis and the worker's epoch logs).
+struct SplitProviderStats {
+  int64_t rpcs = 0;                   // GetSplits calls made (failed ones included)
+  double rpc_seconds = 0;             // their total round-trip time
+  int64_t splits_started = 0;
+  double wait_first_split_seconds = 0;  // GetNext blocked for the first split of an epoch (job start,
+                                       // the next epoch not open yet while other tasks finish theirs)
+  double wait_split_seconds = 0;      // GetNext blocked for a later split (the prefetch fell behind)
+  double wait_end_seconds = 0;        // GetNext blocked until end_of_splits (other tasks' last splits)
+  double wait_ack_seconds = 0;        // GetNext blocked until the split's start was acknowledged
+  double wait_lease_seconds = 0;      // RenewLease blocked on an unacknowledged lease
+  double wait_epoch_end_seconds = 0;  // GetNext at the end of an epoch, until the finishes were acknowledged
+};
+
 class DispatcherSplitProvider : public pipeline::SplitProvider {
  public:
   // `dispatcher` must outlive the provider.
@@ -87,6 +102,7 @@ class DispatcherSplitProvider : public pipeline::SplitProvider {
   void RestoreUnreportedStarts(const std::vector<uint64_t>& indices);
 
   int64_t epoch() const;
+  SplitProviderStats stats() const;
   int64_t get_splits_calls() const;   // RPCs made, including failed ones
   int64_t splits_started() const;     // splits handed to the source so far
 
@@ -125,8 +141,10 @@ class DispatcherSplitProvider : public pipeline::SplitProvider {
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   int64_t calls_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t started_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t started_in_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t acked_ ABSL_GUARDED_BY(mu_) = 0;  // ack_before_start: starts 1..acked_ are acknowledged
   int waiting_readers_ ABSL_GUARDED_BY(mu_) = 0;  // GetNext calls waiting for a split
+  SplitProviderStats stats_ ABSL_GUARDED_BY(mu_);
 
   std::thread fetcher_;
 };

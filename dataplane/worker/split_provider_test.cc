@@ -62,6 +62,30 @@ TEST_CASE("worker_split_provider fetches splits in batches, far fewer calls than
   }
 }
 
+TEST_CASE("worker_split_provider counts its calls, its starts and where its reader waited") {
+  FakeDispatcher fake;
+  fake.SetSplits(MakeSplits(20));
+  DispatcherSplitProvider provider(&fake, 3, "w:1", FastRetry());
+  const absl::Time start = absl::Now();
+  CHECK(ReadEpoch(provider).size() == 20);
+  const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
+  const SplitProviderStats stats = provider.stats();
+  CHECK(stats.splits_started == 20);
+  CHECK(stats.rpcs == provider.get_splits_calls());
+  CHECK(stats.rpcs >= 20);  // every start is acknowledged by a call before the split is read
+  CHECK(stats.rpc_seconds > 0);
+  // Waits are parts of the reader's own time: none is negative and together they fit in it.
+  for (double w : {stats.wait_first_split_seconds, stats.wait_split_seconds, stats.wait_end_seconds,
+                   stats.wait_ack_seconds, stats.wait_lease_seconds, stats.wait_epoch_end_seconds}) {
+    CHECK(w >= 0);
+  }
+  CHECK(stats.wait_first_split_seconds + stats.wait_split_seconds + stats.wait_end_seconds + stats.wait_ack_seconds +
+            stats.wait_lease_seconds + stats.wait_epoch_end_seconds <=
+        elapsed);
+  CHECK(stats.wait_first_split_seconds > 0);  // the first fetch of the epoch
+  CHECK(stats.wait_ack_seconds > 0);  // ack_before_start: each GetNext waited for its call
+}
+
 TEST_CASE("worker_split_provider hands a split to the source only after the dispatcher acknowledged its start") {
   FakeDispatcher fake;
   fake.SetSplits(MakeSplits(30));

@@ -84,6 +84,7 @@ class PipelineProducer : public ElementProducer {
         if (!iterator.ok()) return Annotate(iterator.status(), task_, "pipeline");
         iterator_ = *std::move(iterator);
         produced_in_epoch_ = 0;
+        epoch_start_ = absl::Now();
         if (metrics_ != nullptr) metrics_->AddPipelineRun();
       }
       auto next = iterator_->Next();
@@ -99,6 +100,7 @@ class PipelineProducer : public ElementProducer {
         return std::optional<EncodedElementPtr>(*std::move(encoded));
       }
       iterator_.reset();
+      if (dynamic_ != nullptr) LogDynamicEpoch();
       ++epoch_;
       if (produced_in_epoch_ > 0) {
         empty_epoch_backoff_ = absl::Milliseconds(10);
@@ -127,6 +129,27 @@ class PipelineProducer : public ElementProducer {
   }
 
  private:
+  // One line per epoch under dynamic sharding: how long it took and where the split provider's
+  // reader waited (what `sluice bench sharding` reads to explain DYNAMIC vs OFF).
+  void LogDynamicEpoch() {
+    const SplitProviderStats now = dynamic_->stats();
+    SLUICE_LOG(Info, "dynamic sharding epoch done")
+        .With("task_id", task_.task_id())
+        .With("epoch", epoch_)
+        .With("elements", produced_in_epoch_)
+        .With("seconds", absl::ToDoubleSeconds(absl::Now() - epoch_start_))
+        .With("splits", now.splits_started - last_stats_.splits_started)
+        .With("rpcs", now.rpcs - last_stats_.rpcs)
+        .With("rpc_seconds", now.rpc_seconds - last_stats_.rpc_seconds)
+        .With("wait_first_split_seconds", now.wait_first_split_seconds - last_stats_.wait_first_split_seconds)
+        .With("wait_split_seconds", now.wait_split_seconds - last_stats_.wait_split_seconds)
+        .With("wait_end_seconds", now.wait_end_seconds - last_stats_.wait_end_seconds)
+        .With("wait_ack_seconds", now.wait_ack_seconds - last_stats_.wait_ack_seconds)
+        .With("wait_lease_seconds", now.wait_lease_seconds - last_stats_.wait_lease_seconds)
+        .With("wait_epoch_end_seconds", now.wait_epoch_end_seconds - last_stats_.wait_epoch_end_seconds);
+    last_stats_ = now;
+  }
+
   std::shared_ptr<pipeline::SplitProvider> SplitsForEpoch() {
     switch (task_.sharding()) {
       case service::SHARDING_DYNAMIC: return dynamic_;
@@ -146,6 +169,8 @@ class PipelineProducer : public ElementProducer {
   std::unique_ptr<pipeline::PipelineIterator> iterator_;
   int64_t epoch_ = 0;
   int64_t produced_in_epoch_ = 0;
+  absl::Time epoch_start_;
+  SplitProviderStats last_stats_;
   absl::Duration empty_epoch_backoff_ = absl::Milliseconds(10);
 };
 
