@@ -14,7 +14,7 @@ PACKAGES=(
   python3-numpy python3-pytest python3-torch python3-torchvision python3-pil
   zlib1g-dev python3-yaml python3-requests libcivetweb-dev lomiri-wallpapers-16.04
   dataset-fashion-mnist prometheus openssl python3-matplotlib
-  podman mmdebstrap runc
+  podman mmdebstrap runc clang
 )
 # Images (scripts/images.sh, worker-image/): podman with runc (crun refuses the build machines' cgroup
 # layout; worker-image/containers.conf selects runc), mmdebstrap for the base. No recommends: no buildah,

@@ -1019,11 +1019,17 @@ absl::Status DispatcherService::GetSplitsLocked(const service::GetSplitsRequest&
     const int64_t job_id = job->id;
     const int64_t requested_epoch = request.epoch();
     response->set_epoch(requested_epoch);
+    // The lambdas run under mu_ (held by the caller); clang's analysis does not carry a
+    // function's held locks into the lambdas it defines, so each one asserts it.
     auto splits_state = [&]() -> const DispatcherState::SplitState* {
+      mu_.AssertHeld();
       const DispatcherState::Job* j = state_.FindJob(job_id);
       return j->finished ? nullptr : (j->splits ? &*j->splits : nullptr);
     };
-    auto task_done = [&]() { return state_.FindTask(task_id) == nullptr || state_.FindTask(task_id)->finished; };
+    auto task_done = [&]() {
+      mu_.AssertHeld();
+      return state_.FindTask(task_id) == nullptr || state_.FindTask(task_id)->finished;
+    };
     const DispatcherState::SplitState* s = splits_state();
     if (s == nullptr || task_done()) {
       response->set_end_of_splits(true);
@@ -1085,10 +1091,12 @@ absl::Status DispatcherService::GetSplitsLocked(const service::GetSplitsRequest&
     // Every split of the epoch is started, and no other task reads one under a lease (if that
     // task is lost, the remainder comes back to the queue for the tasks still asking).
     auto all_started = [&]() {
+      mu_.AssertHeld();
       return s->queue.empty() && s->assigned.empty() &&
              !DispatcherState::OtherTaskHoldsLease(*state_.FindJob(job_id), task_id);
     };
     auto reach_end = [&]() -> absl::Status {
+      mu_.AssertHeld();
       if (s->tasks_at_epoch_end.count(task_id)) return absl::OkStatus();
       Update u;
       u.mutable_task_epoch_end()->set_job_id(job_id);
@@ -1099,6 +1107,7 @@ absl::Status DispatcherService::GetSplitsLocked(const service::GetSplitsRequest&
     const bool draining = state_.FindWorker(state_.FindTask(task_id)->worker_address)->draining;
     // Hands out the front of the current epoch's queue.
     auto assign = [&]() -> absl::Status {
+      mu_.AssertHeld();
       if (max_splits == 0 || draining || s->queue.empty()) return absl::OkStatus();
       Update u;
       auto* a = u.mutable_assign_splits();
