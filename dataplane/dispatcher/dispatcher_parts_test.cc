@@ -115,7 +115,7 @@ TEST_CASE("locality: host of an address, same host, and which workers a client r
   CHECK(ClientWantsWorker(state, service::SHARDING_OFF, service::TARGET_WORKERS_ANY, "a", b));
 }
 
-TEST_CASE("locality: a LOCAL client reads only its host's tasks; a coordinated consumer reads all") {
+TEST_CASE("locality: a LOCAL client reads only its host's tasks, a coordinated consumer reads all") {
   Fixture f;
   f.Apply(CreateJob(1, service::SHARDING_DYNAMIC));
   f.Apply(Acquire(1, 1, "a", service::TARGET_WORKERS_LOCAL));
@@ -346,7 +346,7 @@ TEST_CASE("round joins: a late worker joins once every consumer holds the propos
   CHECK(joins.PendingJobs().empty());
 }
 
-TEST_CASE("round joins: a client past the proposal moves it further ahead; a removed worker drops out") {
+TEST_CASE("round joins: a client past the proposal moves it further ahead, a removed worker drops out") {
   Fixture f;
   f.Apply(CreateJob(1, service::SHARDING_OFF, /*num_consumers=*/1));
   f.Apply(Acquire(1, 1, "a"));
@@ -413,7 +413,7 @@ TEST_CASE("task placement: tasks follow readers, and a job finishes with the tas
   CHECK(f.js.state().FindJob(1)->finished);
 }
 
-TEST_CASE("drain: requests name workers or all of them; each worker is listed once") {
+TEST_CASE("drain: requests name workers or all of them, each worker is listed once") {
   service::DrainWorkersRequest r;
   CHECK(CheckDrainRequest(r).code() == absl::StatusCode::kInvalidArgument);
   r.set_all_workers(true);
@@ -441,7 +441,7 @@ TEST_CASE("drain: requests name workers or all of them; each worker is listed on
   CHECK(everyone.drained_size() == 2);
 }
 
-TEST_CASE("client metrics: totals become increments; a client without a baseline starts from its report") {
+TEST_CASE("client metrics: totals become increments, a client without a baseline starts from its report") {
   service::ClientMetrics bad;
   bad.set_wait_seconds_total(std::numeric_limits<double>::quiet_NaN());
   CHECK_THAT(std::string(CheckClientMetrics(bad).message()), Catch::Contains("metrics.wait_seconds_total"));
