@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git clang
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libcpprest-dev libssl-dev nlohmann-json3-dev libyaml-cpp-dev prometheus-cpp-dev
   libabsl-dev catch2 libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
@@ -14,7 +14,7 @@ PACKAGES=(
   python3-numpy python3-pytest python3-torch python3-torchvision python3-pil
   zlib1g-dev python3-yaml python3-requests libcivetweb-dev lomiri-wallpapers-16.04
   dataset-fashion-mnist prometheus openssl python3-matplotlib
-  podman mmdebstrap runc clang
+  podman mmdebstrap runc
 )
 # Images (scripts/images.sh, worker-image/): podman with runc (crun refuses the build machines' cgroup
 # layout; worker-image/containers.conf selects runc), mmdebstrap for the base. No recommends: no buildah,
