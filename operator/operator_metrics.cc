@@ -130,7 +130,10 @@ void OperatorMetrics::Refresh() {
   absl::MutexLock lock(&mu_);
   if (queue_depth_source_) queue_depth_.Set(static_cast<double>(queue_depth_source_()));
   if (queue_delayed_source_) queue_delayed_.Set(static_cast<double>(queue_delayed_source_()));
-  for (auto& [resource, s] : reflectors_) {
+  for (auto& entry : reflectors_) {
+    // Not a structured binding: clang 14 cannot capture one in a lambda.
+    const std::string& resource = entry.first;
+    auto& s = entry.second;
     auto advance = [&](const CountSource& source, double* reported, prometheus::Family<prometheus::Counter>& family) {
       if (!source) return;
       double now = static_cast<double>(source());

@@ -284,6 +284,7 @@ std::shared_ptr<const PrometheusSource::Snapshot> PrometheusSource::SnapshotFor(
   {
     absl::MutexLock lock(&mu_);
     auto fresh = [&] {
+      mu_.AssertHeld();  // Await evaluates the condition under mu_
       auto it = snapshots_.find(url);
       auto busy = fetching_.find(url);
       return (it != snapshots_.end() && now - it->second->taken < options_.cache_for) || busy == fetching_.end() ||

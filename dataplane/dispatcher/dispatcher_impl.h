@@ -1,23 +1,37 @@
-// DispatcherService: the logic behind every Dispatcher RPC, free of gRPC. It owns the
-// DispatcherState and the soft state that is not journaled (heartbeat times, per-client metric
-// totals, the tasks each worker last listed, the highest coordinated-read round seen), and writes
-// every change through the journal.
+// DispatcherService: the handler behind every Dispatcher RPC, free of gRPC. Each handler checks
+// its request, takes the lock, delegates to the piece that owns the protocol, and waits until what
+// it changed or observed is durable:
+//
+//   journaled_state.h       the lock, DispatcherState, Commit (Check, journal Append, Apply), compaction
+//   dataset_registration.h  RegisterDataset: plugin checks, canonical form, AutoOrder, split listing
+//   job_creation.h          GetOrCreateJob: request checks, spec defaults, name/iteration lookup, CreateJob
+//   locality.h              which workers a client reads (tasks follow readers)
+//   task_placement.h        where tasks go and when tasks and jobs finish; workers' task reports
+//   split_service.h         GetSplits: splits, acknowledgements, leases, epochs (SHARDING_DYNAMIC)
+//   round_joins.h           coordinated reads: round watermark, late workers joining at an agreed round
+//   drain.h                 DrainWorkers and draining heartbeats
+//   client_metrics.h        client metric totals turned into per-job increments
+//   retention.h             what Tick removes: timed-out workers and clients, abandoned and old jobs, unused datasets
+//
+// This class keeps the liveness soft state (heartbeat times, the tasks each worker last listed,
+// worker stats), the default dataset, and the two removals that span pieces (a worker, a client).
 //
 // Write path, and why the state lock covers the journal append: each change is validated
-// (DispatcherState::Check), queued with Journal::Append and then applied, all under mu_, so the
+// (DispatcherState::Check), queued with Journal::Append and then applied, all under the lock, so the
 // journal's record order is exactly the Apply order. Append is an in-memory queue push (no I/O,
 // never an RPC), so the lock is never held across a disk write or an RPC. The I/O happens in
-// Journal::Sync(seq), called after mu_ is released and before the RPC returns (group commit: one
-// caller writes and fsyncs for all waiting ones). Every RPC — reads too — waits until everything it
-// observed is durable, so no response reveals a change that a crash could still undo.
+// Journal::Sync(seq), called after the lock is released and before the RPC returns (group commit:
+// one caller writes and fsyncs for all waiting ones). Every RPC — reads too — waits until
+// everything it observed is durable, so no response reveals a change that a crash could still undo.
 //
-// Slow work stays outside mu_: canonicalizing a pipeline and listing its splits (file I/O) in
+// Slow work stays outside the lock: canonicalizing a pipeline and listing its splits (file I/O) in
 // RegisterDataset, writing snapshots in Tick.
 //
 // Time comes from the injected Clock; Tick() does the periodic work (worker and client timeouts,
 // job garbage collection, compaction, gauges) and is driven by the binary's timer thread or by tests.
 //
-// Threading: every method is thread-safe.
+// Threading: every method is thread-safe. One mutex (JournaledState::mu) guards everything; the
+// pieces are thread-compatible and called under it.
 #ifndef SLUICE_DATAPLANE_DISPATCHER_DISPATCHER_IMPL_H_
 #define SLUICE_DATAPLANE_DISPATCHER_DISPATCHER_IMPL_H_
 
@@ -31,11 +45,16 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "dataplane/dispatcher/client_metrics.h"
 #include "dataplane/dispatcher/clock.h"
 #include "dataplane/dispatcher/dispatcher_metrics.h"
 #include "dataplane/dispatcher/dispatcher_state.h"
-#include "dataplane/pipeline/autoorder/auto_order.h"
 #include "dataplane/dispatcher/journal.h"
+#include "dataplane/dispatcher/journaled_state.h"
+#include "dataplane/dispatcher/locality.h"
+#include "dataplane/dispatcher/retention.h"
+#include "dataplane/dispatcher/round_joins.h"
+#include "dataplane/pipeline/autoorder/auto_order.h"
 #include "absl/status/statusor.h"
 #include "dataservice.pb.h"
 #include "pipeline.pb.h"
@@ -62,13 +81,6 @@ struct DispatcherOptions {
   // journaled; what it did is kept with the dataset (GetState) and counted in the metrics.
   pipeline::AutoOrderOptions auto_order;  // mode off by default
 };
-
-// Coordinated reads: a late worker's task starts this many rounds after the highest round seen
-// (the first proposal; doubled each time a client passes the proposed round before holding it).
-inline constexpr int64_t kStartingRoundMargin = 8;
-inline constexpr int64_t kMaxStartingRoundMargin = int64_t{1} << 20;
-// Coordinated reads: the journaled round watermark runs this far ahead of the highest round seen.
-inline constexpr int64_t kRoundWatermarkLookahead = 64;
 
 class DispatcherService {
  public:
@@ -108,94 +120,45 @@ class DispatcherService {
   int64_t updates_since_snapshot() const;
 
  private:
-  absl::Status Commit(const service::Update& update) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Waits until the journal holds everything up to `sequence` (0: nothing to wait for).
-  absl::Status Durable(int64_t sequence) ABSL_LOCKS_EXCLUDED(mu_);
-  int64_t LastSequenceLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  absl::Status GetSplitsLocked(const service::GetSplitsRequest& request, int max_splits,
-                               service::GetSplitsResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CreateTasksForWorkerLocked(const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Locality ("tasks follow readers"): whether a client (of a job with `sharding`, reading
-  // `target_workers` from `client_host`) reads a task on `worker`. ANY: yes; LOCAL: same host;
-  // AUTO: yes, except under SHARDING_OFF when the client's host has a registered, non-draining
-  // worker (then only same-host ones).
-  bool ClientWantsWorkerLocked(service::ShardingPolicy sharding, service::TargetWorkers target_workers,
-                               const std::string& client_host, const DispatcherState::Worker& worker) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether some client of `job` reads a task on `worker` (coordinated jobs: every worker). A
-  // non-coordinated job gets tasks only on the workers its clients read.
-  bool JobWantsWorkerLocked(const DispatcherState::Job& job, const DispatcherState::Worker& worker) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Creates the tasks of a non-static, non-coordinated job on every registered, non-draining
-  // worker its clients read and that has none yet (a client from a new host joined).
-  absl::Status AddWantedTasksLocked(int64_t job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The tasks `client` reads, by the clients' own rule (dataplane/client/task_selection.h).
-  std::vector<const DispatcherState::Task*> TasksReadByLocked(const DispatcherState::Job& job,
-                                                              const DispatcherState::JobClient& client) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // After a client left: a dynamically sharded task no remaining client reads is finished (its
-  // unstarted splits and lease remainders go back to the queue, so the epoch does not wait for it).
-  absl::Status FinishUnreadTasksLocked(int64_t job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CreateTaskLocked(const DispatcherState::Job& job, const std::string& address, int32_t worker_index,
-                                int32_t num_workers, int64_t starting_round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A known dataset's RegisterDataset answer; its retention period starts over.
+  void RespondRegisteredLocked(const std::string& dataset_id, service::RegisterDatasetResponse* response)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(js_.mu);
+  absl::Status GetOrCreateJobLocked(const service::GetOrCreateJobRequest& request, service::JobSpec spec,
+                                    service::GetOrCreateJobResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(js_.mu);
+  // Coordinated reads: one client per consumer index; a new one replaces the holders (their next
+  // heartbeat is told why).
+  absl::Status ReplaceConsumerLocked(int64_t job_id, int32_t consumer_index, int64_t new_client_id,
+                                     const std::string& client_host) ABSL_EXCLUSIVE_LOCKS_REQUIRED(js_.mu);
+  // A worker heartbeat from an unknown address registers it (and gives it its tasks unless it is
+  // draining); one that stopped listing a live task it listed before restarted and starts over.
+  absl::Status RegisterWorkerLocked(const service::WorkerHeartbeatRequest& request, const std::set<int64_t>& listed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(js_.mu);
   absl::Status RemoveWorkerLocked(const std::string& address, const std::string& reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status FinishJobIfDoneLocked(int64_t job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status ReleaseClientLocked(int64_t job_client_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Coordinated reads: the first round a task added to a running job serves.
-  int64_t StartingRoundLocked(const DispatcherState::Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Coordinated reads: creates the pending workers' tasks of `job_id` once every client of the job
-  // holds the proposed round (or the job has no clients or tasks left); drops the join of a
-  // finished job.
-  absl::Status CompleteJoinIfAgreedLocked(int64_t job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FillTaskDefLocked(const DispatcherState::Task& task, service::TaskDef* def) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string JobLabel(const DispatcherState::Job& job) const;
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(js_.mu);
+  absl::Status ReleaseClientLocked(int64_t job_client_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(js_.mu);
+  // Tick's steps.
+  void RemoveSilentLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(js_.mu);
+  void FinishAbandonedJobsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(js_.mu);
+  void ForgetOldJobsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(js_.mu);
+  void ForgetUnusedDatasetsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(js_.mu);
+  void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(js_.mu);
 
   const DispatcherOptions options_;
   const Clock* const clock_;
-  Journal* const journal_;
   DispatcherMetrics* const metrics_;
 
-  mutable absl::Mutex mu_;
-  DispatcherState state_ ABSL_GUARDED_BY(mu_);
-  int64_t updates_since_snapshot_ ABSL_GUARDED_BY(mu_) = 0;
-  bool compacting_ ABSL_GUARDED_BY(mu_) = false;
+  JournaledState js_;  // holds the lock, mu
+  RoundJoins joins_ ABSL_GUARDED_BY(js_.mu);
+  ClientMetricsTotals client_metrics_ ABSL_GUARDED_BY(js_.mu);
+  DatasetRetention dataset_retention_ ABSL_GUARDED_BY(js_.mu);
   // Soft state: rebuilt from heartbeats after a restart.
-  std::map<std::string, absl::Time> worker_seen_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::set<int64_t>> worker_listed_tasks_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, service::WorkerStats> worker_stats_ ABSL_GUARDED_BY(mu_);
-  std::map<int64_t, absl::Time> client_seen_ ABSL_GUARDED_BY(mu_);
-  std::map<int64_t, service::ClientMetrics> client_metrics_ ABSL_GUARDED_BY(mu_);  // last totals per client
-  std::map<int64_t, service::ClientMetrics> job_metrics_ ABSL_GUARDED_BY(mu_);     // summed per job
-  std::map<int64_t, int64_t> max_round_seen_ ABSL_GUARDED_BY(mu_);                 // per job, since start
-  // Coordinated reads: workers waiting to join a running job. The dispatcher proposes `round`
-  // (block_round in client heartbeat answers); a client that has not started it holds it and says
-  // so in its next heartbeat (acked_block_round); once every client of the job holds it, the tasks
-  // are created with starting_round = round. A client already past it makes the dispatcher propose
-  // a later round (margin doubled). Soft state: after a restart the workers' heartbeats start over.
-  struct PendingJoin {
-    int64_t round = 0;
-    int64_t margin = kStartingRoundMargin;
-    std::map<std::string, std::pair<int32_t, int32_t>> workers;  // address -> worker_index, num_workers
-    std::set<int64_t> acked;                                      // clients holding `round`
-  };
-  std::map<int64_t, PendingJoin> pending_joins_ ABSL_GUARDED_BY(mu_);
-  // Coordinated reads: clients replaced by a newer client with their consumer index -> why (their
-  // next heartbeat gets it as FAILED_PRECONDITION). Soft state; a few bytes per replacement.
-  std::map<int64_t, std::string> replaced_clients_ ABSL_GUARDED_BY(mu_);
-  // Retention: when each dataset was last registered or last used by a job that went (soft state;
-  // after a restart every dataset starts its retention period anew).
-  std::map<std::string, absl::Time> dataset_last_used_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, absl::Time> worker_seen_ ABSL_GUARDED_BY(js_.mu);
+  std::map<std::string, std::set<int64_t>> worker_listed_tasks_ ABSL_GUARDED_BY(js_.mu);
+  std::map<std::string, service::WorkerStats> worker_stats_ ABSL_GUARDED_BY(js_.mu);
+  std::map<int64_t, absl::Time> client_seen_ ABSL_GUARDED_BY(js_.mu);
   // The dataset of --pipeline ("" without one): GetOrCreateJob's default; never forgotten.
-  std::string default_dataset_id_ ABSL_GUARDED_BY(mu_);
+  std::string default_dataset_id_ ABSL_GUARDED_BY(js_.mu);
 };
-
-// True when a client on `client_host` and a worker on `worker_host` share a host (exact match,
-// as the clients decide locality).
-bool SameHost(const std::string& client_host, const std::string& worker_host);
 
 }  // namespace sluice::dispatcher
 

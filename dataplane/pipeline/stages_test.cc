@@ -46,7 +46,8 @@ TEST_CASE("unordered parallel map delivers every element exactly once") {
 }
 
 TEST_CASE("map errors fail the pipeline or are skipped and counted with on_error: skip") {
-  const char* spec =
+  // constexpr: clang checks absl::StrFormat's format at compile time.
+  static constexpr char spec[] =
       "source: {range: {stop: 6}}\n"
       "steps:\n  - map: {parallelism: %s, on_error: %s, ops: [{one_hot: {field: value, depth: 4}}]}\n";
   for (const char* par : {"1", "3"}) {

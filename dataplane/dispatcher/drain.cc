@@ -1,0 +1,55 @@
+#include "dataplane/dispatcher/drain.h"
+
+#include <set>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+
+namespace sluice::dispatcher {
+
+absl::Status CheckDrainRequest(const service::DrainWorkersRequest& request) {
+  if (request.all_workers() && request.worker_addresses_size() > 0) {
+    return absl::InvalidArgumentError(
+        "worker_addresses lists workers and all_workers is set: name the workers or set all_workers, not both");
+  }
+  if (!request.all_workers() && request.worker_addresses_size() == 0) {
+    return absl::InvalidArgumentError(
+        "worker_addresses is empty: name the workers to drain (or set all_workers to drain every worker)");
+  }
+  for (int i = 0; i < request.worker_addresses_size(); ++i) {
+    if (request.worker_addresses(i).empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("worker_addresses[", i, "] is empty"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MarkDraining(JournaledState& js, const std::string& address, bool requested) {
+  const DispatcherState::Worker* worker = js.state().FindWorker(address);
+  if (worker == nullptr || worker->draining) return absl::OkStatus();
+  service::Update u;
+  u.mutable_drain_worker()->set_worker_address(address);
+  if (absl::Status s = js.Commit(u); !s.ok()) return s;
+  SLUICE_LOG(Info, requested ? "worker draining (requested)" : "worker draining")
+      .With("worker_address", address);
+  return absl::OkStatus();
+}
+
+absl::Status DrainWorkers(JournaledState& js, const service::DrainWorkersRequest& request,
+                          service::DrainWorkersResponse* response) {
+  std::vector<std::string> targets(request.worker_addresses().begin(), request.worker_addresses().end());
+  if (request.all_workers()) {
+    for (const auto& [address, w] : js.state().workers()) targets.push_back(address);
+  }
+  std::set<std::string> done;
+  for (const auto& address : targets) {
+    if (js.state().FindWorker(address) == nullptr || done.count(address)) continue;  // already gone: nothing to drain
+    if (absl::Status s = MarkDraining(js, address, /*requested=*/true); !s.ok()) return s;
+    done.insert(address);
+    response->add_drained(address);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sluice::dispatcher
