@@ -119,7 +119,7 @@ absl::StatusOr<ScaleoutPoint> Measure(LocalDataService& ds, const CpuQuota& quot
 
 std::string ScaleoutPipelineSpec(const ScaleoutBenchOptions& o) {
   return absl::StrCat("name: scaleout-bench\n",
-                      "source: {synthetic: {count: 1000000000, shape: [", o.image_size, ", ", o.image_size,
+                      "source: {synthetic: {count: 200000000, shape: [", o.image_size, ", ", o.image_size,
                       ", 3], dtype: uint8, split_size: 256}}\n",
                       "steps:\n",
                       "  - map:\n",

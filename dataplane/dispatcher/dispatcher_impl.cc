@@ -183,6 +183,8 @@ absl::Status DispatcherService::RegisterDataset(const service::RegisterDatasetRe
     }
     if (sequence >= 0) return Durable(sequence);  // known already
   }
+  // Before anything enumerates the splits (AutoOrder's sample, ListSplits): refuse too many.
+  if (absl::Status s = CheckSplitLimit(def, options_.max_dataset_splits); !s.ok()) return s;
   // AutoOrder and listing splits read the data files: outside the lock.
   std::optional<pipeline::AutoOrderReport> auto_order;
   if (options_.auto_order.mode != pipeline::AutoOrderMode::kOff) {

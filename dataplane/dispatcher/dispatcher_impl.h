@@ -36,6 +36,7 @@
 #include "dataplane/dispatcher/dispatcher_state.h"
 #include "dataplane/pipeline/autoorder/auto_order.h"
 #include "dataplane/dispatcher/journal.h"
+#include "dataplane/dispatcher/split_limit.h"
 #include "absl/status/statusor.h"
 #include "dataservice.pb.h"
 #include "pipeline.pb.h"
@@ -49,6 +50,7 @@ struct DispatcherOptions {
   absl::Duration job_gc_grace = absl::Minutes(5);         // a job without clients finishes after this long
   int64_t snapshot_every = 10000;                          // compact after this many updates (0: never)
   int32_t max_splits_per_request = 256;                    // GetSplits.max_splits is clamped to this
+  int64_t max_dataset_splits = kDefaultMaxDatasetSplits;  // a dataset with more splits is refused (split_limit.h)
   int64_t finished_jobs_retained = 1000;                   // older finished jobs are forgotten (see Tick)
   absl::Duration unused_dataset_retention = absl::Hours(1); // a dataset no job uses is forgotten after this
   std::string dataservice;                                 // metrics label
