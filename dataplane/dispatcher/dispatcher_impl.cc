@@ -661,6 +661,7 @@ absl::Status DispatcherService::ClientHeartbeat(const service::ClientHeartbeatRe
     return absl::InvalidArgumentError(absl::StrCat("current_round is ", request.current_round(), "; must be >= 0"));
   }
   if (absl::Status s = CheckClientMetrics(request.metrics()); !s.ok()) return s;
+  if (absl::Status s = CheckReceivedReport(request); !s.ok()) return s;
   int64_t sequence = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -720,6 +721,12 @@ absl::Status DispatcherService::ClientHeartbeat(const service::ClientHeartbeatRe
     }
     response->set_job_id(job.id);
     response->set_job_finished(job.finished);
+    for (const service::TaskElementsReceived& r : request.received()) {  // only the job's own tasks count
+      if (const DispatcherState::Task* t = state_.FindTask(r.task_id()); t != nullptr && t->job_id == job.id) {
+        delivery_.ClientReported(client->id, t->id, r.elements());
+      }
+    }
+    response->set_elements_lost_estimate(delivery_.JobLost(job.id));
     // The same selection the client applies (dataplane/client/task_selection.h), so that a client
     // never waits for a task it would not read.
     for (const DispatcherState::Task* task : TasksReadByLocked(job, *client)) {
@@ -793,6 +800,12 @@ absl::Status DispatcherService::RemoveWorkerLocked(const std::string& address, c
       }
     }
   }
+  // What died with it: produced but never received (not for a clean deregistration, which serves
+  // what it buffered first).
+  std::map<int64_t, int64_t> lost;
+  if (reason != "deregistered") {
+    for (int64_t t : worker->tasks) lost[state_.FindTask(t)->job_id] += delivery_.TaskLost(state_.FindTask(t)->job_id, t);
+  }
   Update u;
   u.mutable_remove_worker()->set_worker_address(address);
   u.mutable_remove_worker()->set_reason(reason);
@@ -810,11 +823,17 @@ absl::Status DispatcherService::RemoveWorkerLocked(const std::string& address, c
     num_remainders += n;
     if (metrics_ != nullptr) metrics_->AddSplitRemainders(JobLabel(*state_.FindJob(job_id)), n);
   }
+  int64_t num_lost = 0;
+  for (const auto& [job_id, n] : lost) {
+    num_lost += n;
+    if (metrics_ != nullptr && n > 0) metrics_->AddElementsLostEstimate(JobLabel(*state_.FindJob(job_id)), n);
+  }
   SLUICE_LOG(Warning, "worker removed")
       .With("worker_address", address)
       .With("reason", reason)
       .With("tasks", num_tasks)
-      .With("split_remainders", num_remainders);
+      .With("split_remainders", num_remainders)
+      .With("elements_lost_estimate", num_lost);
   for (int64_t job_id : jobs) {
     if (absl::Status s = FinishJobIfDoneLocked(job_id); !s.ok()) return s;
   }
@@ -925,6 +944,7 @@ absl::Status DispatcherService::WorkerHeartbeat(const service::WorkerHeartbeatRe
         continue;
       }
       const DispatcherState::Job& job = *state_.FindJob(task->job_id);
+      delivery_.WorkerReported(task->id, progress.elements_produced());
       if (progress.started_split_indices_size() > 0 && job.splits && !task->finished) {
         std::vector<uint64_t> unstarted = state_.UnstartedSplitsOf(job, task->id);
         Update u;
@@ -959,6 +979,9 @@ absl::Status DispatcherService::WorkerHeartbeat(const service::WorkerHeartbeatRe
     for (int64_t t : worker->tasks) {
       if (listed.count(t)) {
         known.insert(t);
+        auto* received = response->add_received();  // what the job's clients got of it
+        received->set_task_id(t);
+        received->set_elements(delivery_.Received(t));
       } else {
         FillTaskDefLocked(*state_.FindTask(t), response->add_new_tasks());
       }
@@ -1273,6 +1296,8 @@ void DispatcherService::Tick() {
         SLUICE_LOG(Error, "cannot release client").With("job_client_id", id).With("error", s.ToString());
       }
     }
+    delivery_.Prune([&](int64_t t) { return state_.FindTask(t) != nullptr; },
+                    [&](int64_t j) { return state_.FindJob(j) != nullptr; });
     std::vector<int64_t> joins;
     for (const auto& [job_id, join] : pending_joins_) joins.push_back(job_id);
     for (int64_t job_id : joins) {

@@ -32,6 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "dataplane/dispatcher/clock.h"
+#include "dataplane/dispatcher/delivery_tracker.h"
 #include "dataplane/dispatcher/dispatcher_metrics.h"
 #include "dataplane/dispatcher/dispatcher_state.h"
 #include "dataplane/pipeline/autoorder/auto_order.h"
@@ -193,6 +194,8 @@ class DispatcherService {
   std::map<std::string, absl::Time> dataset_last_used_ ABSL_GUARDED_BY(mu_);
   // The dataset of --pipeline ("" without one): GetOrCreateJob's default; never forgotten.
   std::string default_dataset_id_ ABSL_GUARDED_BY(mu_);
+  // Elements produced and received per streaming task; the loss estimated when workers die (soft).
+  DeliveryTracker delivery_ ABSL_GUARDED_BY(mu_);
 };
 
 // True when a client on `client_host` and a worker on `worker_host` share a host (exact match,
