@@ -70,6 +70,7 @@ void DispatcherMetrics::AddClientMetrics(const std::string& job, const service::
   client_step_.Add(labels).Increment(delta.step_seconds_total());
   client_elements_.Add(labels).Increment(static_cast<double>(delta.elements_total()));
   client_bytes_.Add(labels).Increment(static_cast<double>(delta.bytes_total()));
+  elements_lost_.Add(labels);  // the job's loss counter exists (at 0) from its first client heartbeat
 }
 
 void DispatcherMetrics::AddSplitsServed(const std::string& job, int64_t n) {

@@ -40,7 +40,8 @@ class DispatcherMetrics {
  public:
   DispatcherMetrics(prometheus::Registry& registry, std::string dataservice);
 
-  // `delta` holds increments (>= 0) of the client counters.
+  // `delta` holds increments (>= 0) of the client counters. Also makes the job's
+  // elements-lost counter appear (at 0), so a job without losses shows 0 rather than nothing.
   void AddClientMetrics(const std::string& job, const service::ClientMetrics& delta);
   void AddSplitsServed(const std::string& job, int64_t n);
   void AddSplitRemainders(const std::string& job, int64_t n);
