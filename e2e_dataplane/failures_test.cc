@@ -101,7 +101,10 @@ WorkerLook LookAt(const local::LocalDataService& service, int worker) {
 // production moves, and "after the anchor" is counted in heartbeats (two advances of the busy
 // counter: the second heartbeat began after the first one ended, which was after the anchor).
 // Returns the worker's production at the stall (nullopt if it did not stall within `timeout`).
-std::optional<double> WaitForBackpressureStall(const local::LocalDataService& service, int worker, double capacity,
+// With `capacity` nullopt, a stall needs no full buffer (production capped by
+// --max_undelivered_elements stops short of it).
+std::optional<double> WaitForBackpressureStall(const local::LocalDataService& service, int worker,
+                                               std::optional<double> capacity,
                                                absl::Duration timeout = absl::Seconds(60)) {
   WorkerLook anchor = LookAt(service, worker);
   double last_busy = anchor.busy;
@@ -118,7 +121,7 @@ std::optional<double> WaitForBackpressureStall(const local::LocalDataService& se
         }
         // With two heartbeats counted before this look, its gauge comes from a heartbeat that began
         // after the anchor.
-        if (heartbeats >= 2 && now.buffered == capacity) stalled = now.produced;
+        if (heartbeats >= 2 && (!capacity.has_value() || now.buffered == *capacity)) stalled = now.produced;
         if (now.busy != last_busy) {
           ++heartbeats;
           last_busy = now.busy;
@@ -198,6 +201,83 @@ TEST_CASE("kill -9 of a worker mid-epoch (dynamic): no duplicates, the epoch com
   // The victim stalled mid-split (its source blocked on a full buffer), so at least that split's
   // rest came back as a remainder.
   CHECK(local::SumSamples(*removals, "sluice_dispatcher_split_remainders_total", {}) >= 1);
+}
+
+TEST_CASE("kill -9 of a worker under --max_undelivered_elements: the loss stays within the cap, both sides report it") {
+  // The buffer (256 elements) would let the victim hold far more; the cap holds it to kCap.
+  constexpr int64_t kCap = 64;
+  auto options = TestServiceOptions(/*worker_timeout_ms=*/2000);
+  options.worker_flags = {absl::StrCat("--max_undelivered_elements=", kCap)};
+  options.worker_flags.insert(options.worker_flags.end(), kLeaseFlags.begin(), kLeaseFlags.end());
+  auto service = StartService(2, options);
+  const auto client_options = DynamicClient(*service);
+  auto client = MakeClient(client_options);
+
+  std::vector<int64_t> values = ReadSome(*client, 1500);
+  REQUIRE(values.size() == 1500);
+  // Stop reading: the client's buffer fills and it receives nothing more. Two heartbeats later
+  // (the second began after the first ended) the dispatcher has its final receipts.
+  const bool paused = PollUntil([&] { return client->stats().buffered_bytes >= client_options.max_buffered_bytes; });
+  REQUIRE(paused);
+  const int64_t heartbeats_at_pause = client->stats().heartbeats_ok;
+  REQUIRE(PollUntil([&] { return client->stats().heartbeats_ok >= heartbeats_at_pause + 2; }));
+  // Each worker then produces up to kCap beyond what the client reported, and stops.
+  std::optional<double> stalled[2];
+  for (int w = 0; w < 2; ++w) {
+    stalled[w] = WaitForBackpressureStall(*service, w, std::nullopt);
+    INFO("worker " << w << "\n" << service->Logs());
+    REQUIRE(stalled[w].has_value());
+    CHECK(WorkerMetric(*service, w, "sluice_worker_buffered_elements") < 256);  // the cap stopped it, not the buffer
+  }
+  const int64_t produced_by_victim = static_cast<int64_t>(*stalled[0]);
+  auto produced_by = [&](int w) { return WorkerMetric(*service, w, "sluice_worker_elements_produced_total"); };
+  REQUIRE(produced_by(0) == produced_by_victim);
+  // The cap at work: together the stalled workers ran at most kCap each beyond what the paused
+  // client had received (the rest of their 256-element buffers stayed empty).
+  int64_t received_at_stall = 0;
+  for (const auto& [task, n] : client->stats().elements_received_by_task) received_at_stall += n;
+  const int64_t ahead = static_cast<int64_t>(produced_by(0) + produced_by(1)) - received_at_stall;
+  std::cout << "--max_undelivered_elements=" << kCap << ": at the stall the workers ran " << ahead
+            << " elements ahead of the client's receipts" << std::endl;
+  CHECK(ahead >= 0);
+  CHECK(ahead <= 2 * kCap);
+
+  service->KillWorker(0);
+  std::vector<int64_t> rest = ReadAll(*client);
+  values.insert(values.end(), rest.begin(), rest.end());
+  const auto counts = Counts(values);
+  const int64_t lost = kElements - static_cast<int64_t>(counts.size());
+  INFO(service->Logs());
+  const int64_t from_survivor = static_cast<int64_t>(produced_by(1));
+  const int64_t from_victim = static_cast<int64_t>(counts.size()) - from_survivor;
+  const int64_t undelivered = produced_by_victim - from_victim;
+  auto dispatcher = service->ScrapeDispatcher();
+  REQUIRE(dispatcher.ok());
+  const double estimate = local::SumSamples(*dispatcher, "sluice_dispatcher_elements_lost_estimate_total", {});
+  const client::ClientStats stats = client->stats();
+  std::cout << "worker kill -9 with --max_undelivered_elements=" << kCap << ": lost " << lost << " (bound "
+            << kCap + kMaxLease << "); the victim produced " << produced_by_victim << " and delivered " << from_victim
+            << " (undelivered " << undelivered << "); dispatcher estimate " << estimate << ", client's "
+            << stats.elements_lost_estimate << std::endl;
+  INFO("lost " << lost << ", undelivered " << undelivered << ", estimate " << estimate << "; missing "
+               << MissingRanges(counts, kElements));
+  CHECK(Duplicates(counts) == "");
+  CHECK(BadSplitShapes(counts, kSplitSize) == "");
+  CHECK(stats.job_finished);
+  // The bound the user chose: what the victim produced beyond the client's receipts, plus the
+  // unread part of the lease of the split it was reading.
+  CHECK(undelivered >= 0);
+  CHECK(undelivered <= kCap);
+  CHECK(lost >= undelivered);
+  CHECK(lost <= kCap + kMaxLease);
+  // The estimate is exactly the victim's produced-but-never-received elements; the client reads it
+  // from its heartbeat answers.
+  CHECK(estimate == static_cast<double>(undelivered));
+  CHECK(stats.elements_lost_estimate == undelivered);
+  int64_t received = 0;
+  for (const auto& [task, n] : stats.elements_received_by_task) received += n;
+  CHECK(received == static_cast<int64_t>(values.size()));
+  CHECK(stats.elements_received_by_task.size() == 2);
 }
 
 // Reads a client to its end on a thread of its own; the test looks at the progress meanwhile.

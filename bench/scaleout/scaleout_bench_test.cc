@@ -5,6 +5,7 @@
 #include "bench/dataservice/bench_report.h"
 #include "bench/dataservice/trial_spread.h"
 #include "dataplane/pipeline/pipeline.h"
+#include "dataplane/pipeline/source.h"
 
 namespace sluice::bench {
 namespace {
@@ -26,6 +27,12 @@ TEST_CASE("The scale-out pipeline resizes and normalises synthetic images") {
   REQUIRE(data != nullptr);
   CHECK(data->dtype() == pipeline::DType::kFloat32);
   CHECK(data->nbytes() == 16 * 16 * 3 * 4);
+  // The dispatcher refuses datasets above its default --max_dataset_splits (1,000,000).
+  auto source = pipeline::SourceRegistry::Builtin().Find(def->source().kind())->factory(pipeline::Args(def->source().args()));
+  REQUIRE(source.ok());
+  auto splits = (*source)->NumSplits();
+  REQUIRE(splits.ok());
+  CHECK(*splits <= 1000000);
 }
 
 TEST_CASE("SpreadOfTrials: median, range and relative range") {

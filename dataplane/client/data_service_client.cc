@@ -119,9 +119,17 @@ class DataServiceClient::Impl final : public JobSession::Listener {
   void FillHeartbeat(service::ClientHeartbeatRequest* request) override {
     if (rounds_) rounds_->FillHeartbeat(request);
     queue_.FillMetrics(request->mutable_metrics());
+    if (readers_) {
+      for (const auto& [task_id, n] : readers_->received_by_task()) {
+        auto* r = request->add_received();
+        r->set_task_id(task_id);
+        r->set_elements(n);
+      }
+    }
   }
   bool OnHeartbeat(const service::ClientHeartbeatResponse& response) override {
     job_finished_.store(response.job_finished());
+    elements_lost_estimate_.store(response.elements_lost_estimate());
     if (rounds_) return rounds_->Update(response);
     readers_->Update({response.tasks().begin(), response.tasks().end()}, response.job_finished());
     return false;
@@ -147,6 +155,7 @@ class DataServiceClient::Impl final : public JobSession::Listener {
   // Buffers of consumed elements, parsed into again (at most 256 buffers, 64 MiB).
   const std::shared_ptr<BufferPool> buffers_ = BufferPool::Create(256, 64 << 20);
   std::atomic<bool> job_finished_{false};  // as the last heartbeat answer said
+  std::atomic<int64_t> elements_lost_estimate_{0};  // likewise
   std::atomic<bool> ended_without_dispatcher_{false};
   ElementQueue queue_;
   // Set in Start before any thread runs; the pieces run their own threads.
@@ -302,6 +311,7 @@ ClientStats DataServiceClient::Impl::Stats() const {
   if (readers_) {
     s.active_readers = readers_->active_readers();
     s.reconnects = readers_->reconnects();
+    s.elements_received_by_task = readers_->received_by_task();
   }
   if (rounds_) {
     s.active_readers += rounds_->running() ? 1 : 0;
@@ -314,6 +324,7 @@ ClientStats DataServiceClient::Impl::Stats() const {
     s.heartbeat_failures = session_->heartbeat_failures();
   }
   s.job_finished = job_finished_.load();
+  s.elements_lost_estimate = elements_lost_estimate_.load();
   s.ended_without_dispatcher = ended_without_dispatcher_.load();
   return s;
 }

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <functional>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -117,6 +118,12 @@ struct ClientStats {
   int64_t waiting_consumers = 0;   // threads blocked inside GetNext right now
   bool job_finished = false;
   bool ended_without_dispatcher = false;  // the end was concluded without the dispatcher (dispatcher_timeout)
+  // Streaming reads: elements received from each task (task id -> count), reported to the
+  // dispatcher in every heartbeat.
+  std::map<int64_t, int64_t> elements_received_by_task;
+  // The job's lost workers' produced-but-never-received elements, as the dispatcher estimated them
+  // (its last heartbeat answer; docs/dataservice.md "Worker loss").
+  int64_t elements_lost_estimate = 0;
 };
 
 class DataServiceClient;

@@ -193,6 +193,10 @@ void TaskReaderSet::ReaderLoop(Reader* r) {
       }
       // Elements decoded before a malformed one are still delivered, then the error.
       if (bad.ok() || !decoded.empty()) progressed = true;
+      if (!decoded.empty()) {
+        absl::MutexLock l(&received_mu_);
+        received_[r->info.task_id()] += static_cast<int64_t>(decoded.size());
+      }
       queue_->Push(std::move(decoded));
       if (!bad.ok()) {
         queue_->Fail(bad);
@@ -236,6 +240,11 @@ void TaskReaderSet::ReaderLoop(Reader* r) {
   r->stream_open = false;
   r->done = true;
   PublishLocked();
+}
+
+std::map<int64_t, int64_t> TaskReaderSet::received_by_task() const {
+  absl::MutexLock l(&received_mu_);
+  return received_;
 }
 
 }  // namespace sluice::client

@@ -79,6 +79,8 @@ class TaskReaderSet {
 
   int64_t active_readers() const ABSL_LOCKS_EXCLUDED(mu_);  // reader threads still running
   int64_t reconnects() const ABSL_LOCKS_EXCLUDED(mu_);      // streams opened again after a failure
+  // Elements received (pushed into the queue) from each task read, since the start.
+  std::map<int64_t, int64_t> received_by_task() const ABSL_LOCKS_EXCLUDED(received_mu_);
 
  private:
   struct Reader {
@@ -110,6 +112,9 @@ class TaskReaderSet {
   std::map<int64_t, std::unique_ptr<Reader>> readers_ ABSL_GUARDED_BY(mu_);
   std::set<int64_t> finished_tasks_ ABSL_GUARDED_BY(mu_);  // end_of_sequence received
   int64_t reconnects_ ABSL_GUARDED_BY(mu_) = 0;
+  // Its own mutex: taken per response by the readers, never with another lock held.
+  mutable absl::Mutex received_mu_;
+  std::map<int64_t, int64_t> received_ ABSL_GUARDED_BY(received_mu_);
 };
 
 }  // namespace sluice::client

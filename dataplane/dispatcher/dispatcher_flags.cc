@@ -39,6 +39,9 @@ void DefineFlags(CLI::App& app, DispatcherFlags& f) {
   app.add_option("--finished_jobs_retained", f.finished_jobs_retained,
                  "finished jobs kept for GetState and iteration numbering; older ones are forgotten");
   app.add_option("--max_splits_per_request", f.max_splits_per_request, "GetSplits hands out at most this many splits");
+  app.add_option("--max_dataset_splits", f.max_dataset_splits,
+                 "a pipeline whose source has more splits is refused at registration (each split costs the "
+                 "dispatcher memory and journal space); raise the source's split_size or this");
   app.add_option("--tick_interval_ms", f.tick_interval_ms,
                  "period of the timeout/GC/compaction checks (0: worker_timeout/10 within [10, 500] ms)");
   app.add_option("--dataservice", f.dataservice, "DataService name, the metrics' dataservice label");
@@ -133,7 +136,8 @@ absl::Status Validate(const DispatcherFlags& f) {
       {"fsync_batch_ms", f.fsync_batch_ms},           {"fsync_batch_records", f.fsync_batch_records},
       {"worker_timeout_ms", f.worker_timeout_ms},     {"heartbeat_interval_ms", f.heartbeat_interval_ms},
       {"client_timeout_ms", f.client_timeout_ms},     {"max_splits_per_request", f.max_splits_per_request},
-      {"max_message_bytes", f.max_message_bytes},     {"shutdown_timeout_ms", f.shutdown_timeout_ms}};
+      {"max_message_bytes", f.max_message_bytes},     {"shutdown_timeout_ms", f.shutdown_timeout_ms},
+      {"max_dataset_splits", f.max_dataset_splits}};
   for (const auto& [name, value] : positive) {
     if (value <= 0) return invalid("--", name, ": must be > 0, got ", value);
   }
@@ -292,6 +296,7 @@ DispatcherOptions ServiceOptionsFromFlags(const DispatcherFlags& f) {
   o.finished_jobs_retained = f.finished_jobs_retained;
   o.unused_dataset_retention = absl::Milliseconds(f.unused_dataset_retention_ms);
   o.max_splits_per_request = f.max_splits_per_request;
+  o.max_dataset_splits = f.max_dataset_splits;
   o.dataservice = f.dataservice;
   o.plugin_dirs = f.plugin_dirs;
   o.default_cross_job_sharing = f.sharing;

@@ -35,6 +35,7 @@ struct DispatcherFlags {
   int64_t finished_jobs_retained = 1000;  // older finished jobs are forgotten
   int64_t unused_dataset_retention_ms = 3600000;  // a dataset no job uses is forgotten after this
   int max_splits_per_request = 256;
+  int64_t max_dataset_splits = kDefaultMaxDatasetSplits;  // a registered dataset may have at most this many splits
   int64_t tick_interval_ms = 0;        // periodic checks; 0: worker_timeout/10 within [10, 500] ms
   std::string dataservice;
   int max_message_bytes = rpc::kDefaultMaxMessageBytes;

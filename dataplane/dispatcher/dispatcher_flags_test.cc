@@ -118,6 +118,22 @@ TEST_CASE("invalid values name the flag") {
   CHECK(Has(ParseError({"--tls_cert=/c.pem", "--tls_key=/k.pem", "--tls_require_client_cert"}), "needs --tls_ca"));
   CHECK(Has(ParseError({"--no_such_flag=1"}), "no_such_flag"));
   CHECK(Has(ParseError({"--port=abc"}), "port"));
+  CHECK(Has(ParseError({"--max_dataset_splits=0"}), "--max_dataset_splits: must be > 0, got 0"));
+  CHECK(Has(ParseError({"--max_dataset_splits=-1"}), "--max_dataset_splits: must be > 0"));
+  CHECK(Has(ParseError({"--max_dataset_splits=lots"}), "max_dataset_splits"));
+}
+
+TEST_CASE("max_dataset_splits: default, flag and config file reach the service options") {
+  CHECK(MustParse({}).max_dataset_splits == 1000000);
+  CHECK(ServiceOptionsFromFlags(MustParse({})).max_dataset_splits == 1000000);
+  CHECK(ServiceOptionsFromFlags(MustParse({"--max_dataset_splits=5000000"})).max_dataset_splits == 5000000);
+  TempDir dir;
+  const std::string config = dir.File("dispatcher.yaml");
+  WriteFile(config, "max_dataset_splits: 2000\n");
+  CHECK(MustParse({"--config", config}).max_dataset_splits == 2000);
+  CHECK(MustParse({"--config", config, "--max_dataset_splits=3000"}).max_dataset_splits == 3000);
+  WriteFile(config, "max_dataset_splits: 0\n");
+  CHECK(Has(ParseError({"--config", config}), "--max_dataset_splits: must be > 0"));
 }
 
 TEST_CASE("help: --help returns the usage text") {

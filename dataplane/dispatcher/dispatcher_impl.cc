@@ -106,6 +106,8 @@ absl::Status DispatcherService::RegisterDataset(const service::RegisterDatasetRe
     }
     if (sequence >= 0) return js_.Durable(sequence);  // known already
   }
+  // Before anything enumerates the splits (AutoOrder's sample, ListSplits): refuse too many.
+  if (absl::Status s = CheckSplitLimit(*def, options_.max_dataset_splits); !s.ok()) return s;
   // AutoOrder and listing splits read the data files: outside the lock.
   absl::StatusOr<Update> registration = PrepareDataset(*std::move(def), id, options_.auto_order, metrics_);
   if (!registration.ok()) return registration.status();
@@ -256,6 +258,7 @@ absl::Status DispatcherService::ClientHeartbeat(const service::ClientHeartbeatRe
     return absl::InvalidArgumentError(absl::StrCat("current_round is ", request.current_round(), "; must be >= 0"));
   }
   if (absl::Status s = CheckClientMetrics(request.metrics()); !s.ok()) return s;
+  if (absl::Status s = CheckReceivedReport(request); !s.ok()) return s;
   int64_t sequence = 0;
   {
     absl::MutexLock lock(&js_.mu);
@@ -281,6 +284,12 @@ absl::Status DispatcherService::ClientHeartbeat(const service::ClientHeartbeatRe
     }
     response->set_job_id(job.id);
     response->set_job_finished(job.finished);
+    for (const service::TaskElementsReceived& r : request.received()) {  // only the job's own tasks count
+      if (const DispatcherState::Task* t = js_.state().FindTask(r.task_id()); t != nullptr && t->job_id == job.id) {
+        delivery_.ClientReported(client->id, t->id, r.elements());
+      }
+    }
+    response->set_elements_lost_estimate(delivery_.JobLost(job.id));
     // The same selection the client applies (dataplane/client/task_selection.h), so that a client
     // never waits for a task it would not read.
     for (const DispatcherState::Task* task : TasksReadBy(js_.state(), job, *client)) {
@@ -351,6 +360,12 @@ absl::Status DispatcherService::RemoveWorkerLocked(const std::string& address, c
       }
     }
   }
+  // What died with it: produced but never received (not for a clean deregistration, which serves
+  // what it buffered first).
+  std::map<int64_t, int64_t> lost;
+  if (reason != "deregistered") {
+    for (int64_t t : worker->tasks) lost[js_.state().FindTask(t)->job_id] += delivery_.TaskLost(js_.state().FindTask(t)->job_id, t);
+  }
   Update u;
   u.mutable_remove_worker()->set_worker_address(address);
   u.mutable_remove_worker()->set_reason(reason);
@@ -365,11 +380,17 @@ absl::Status DispatcherService::RemoveWorkerLocked(const std::string& address, c
     num_remainders += n;
     if (metrics_ != nullptr) metrics_->AddSplitRemainders(JobLabel(*state.FindJob(job_id)), n);
   }
+  int64_t num_lost = 0;
+  for (const auto& [job_id, n] : lost) {
+    num_lost += n;
+    if (metrics_ != nullptr && n > 0) metrics_->AddElementsLostEstimate(JobLabel(*js_.state().FindJob(job_id)), n);
+  }
   SLUICE_LOG(Warning, "worker removed")
       .With("worker_address", address)
       .With("reason", reason)
       .With("tasks", num_tasks)
-      .With("split_remainders", num_remainders);
+      .With("split_remainders", num_remainders)
+      .With("elements_lost_estimate", num_lost);
   for (int64_t job_id : jobs) {
     if (absl::Status s = FinishJobIfDone(js_, job_id); !s.ok()) return s;
   }
@@ -423,6 +444,10 @@ absl::Status DispatcherService::WorkerHeartbeat(const service::WorkerHeartbeatRe
     if (request.draining()) {
       if (absl::Status s = MarkDraining(js_, address, /*requested=*/false); !s.ok()) return s;
     }
+    for (const service::TaskProgress& progress : request.tasks()) {  // what it produced, for the loss estimate
+      const DispatcherState::Task* task = js_.state().FindTask(progress.task_id());
+      if (task != nullptr && task->worker_address == address) delivery_.WorkerReported(task->id, progress.elements_produced());
+    }
     if (absl::Status s = ApplyTaskReports(js_, address, request.tasks(), response); !s.ok()) return s;
     // Tasks the worker does not hold yet.
     std::set<int64_t>& known = worker_listed_tasks_[address];
@@ -430,6 +455,9 @@ absl::Status DispatcherService::WorkerHeartbeat(const service::WorkerHeartbeatRe
     for (int64_t t : js_.state().FindWorker(address)->tasks) {
       if (listed.count(t)) {
         known.insert(t);
+        auto* received = response->add_received();  // what the job's clients got of it
+        received->set_task_id(t);
+        received->set_elements(delivery_.Received(t));
       } else {
         FillTaskDef(js_.state(), *js_.state().FindTask(t), response->add_new_tasks());
       }
@@ -529,6 +557,8 @@ void DispatcherService::Tick() {
     absl::MutexLock lock(&js_.mu);
     const absl::Time now = clock_->Now();
     RemoveSilentLocked(now);
+    delivery_.Prune([&](int64_t t) { return js_.state().FindTask(t) != nullptr; },
+                    [&](int64_t j) { return js_.state().FindJob(j) != nullptr; });
     for (int64_t job_id : joins_.PendingJobs()) {
       if (absl::Status s = joins_.CompleteIfAgreed(js_, job_id); !s.ok()) {
         SLUICE_LOG(Error, "cannot add a worker to a coordinated job").With("job_id", job_id).With("error", s.ToString());

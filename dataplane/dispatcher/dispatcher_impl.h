@@ -47,6 +47,7 @@
 #include "absl/time/time.h"
 #include "dataplane/dispatcher/client_metrics.h"
 #include "dataplane/dispatcher/clock.h"
+#include "dataplane/dispatcher/delivery_tracker.h"
 #include "dataplane/dispatcher/dispatcher_metrics.h"
 #include "dataplane/dispatcher/dispatcher_state.h"
 #include "dataplane/dispatcher/journal.h"
@@ -54,6 +55,7 @@
 #include "dataplane/dispatcher/locality.h"
 #include "dataplane/dispatcher/retention.h"
 #include "dataplane/dispatcher/round_joins.h"
+#include "dataplane/dispatcher/split_limit.h"
 #include "dataplane/pipeline/autoorder/auto_order.h"
 #include "absl/status/statusor.h"
 #include "dataservice.pb.h"
@@ -68,6 +70,7 @@ struct DispatcherOptions {
   absl::Duration job_gc_grace = absl::Minutes(5);         // a job without clients finishes after this long
   int64_t snapshot_every = 10000;                          // compact after this many updates (0: never)
   int32_t max_splits_per_request = 256;                    // GetSplits.max_splits is clamped to this
+  int64_t max_dataset_splits = kDefaultMaxDatasetSplits;  // a dataset with more splits is refused (split_limit.h)
   int64_t finished_jobs_retained = 1000;                   // older finished jobs are forgotten (see Tick)
   absl::Duration unused_dataset_retention = absl::Hours(1); // a dataset no job uses is forgotten after this
   std::string dataservice;                                 // metrics label
@@ -158,6 +161,8 @@ class DispatcherService {
   std::map<int64_t, absl::Time> client_seen_ ABSL_GUARDED_BY(js_.mu);
   // The dataset of --pipeline ("" without one): GetOrCreateJob's default; never forgotten.
   std::string default_dataset_id_ ABSL_GUARDED_BY(js_.mu);
+  // Elements produced and received per streaming task; the loss estimated when workers die (soft).
+  DeliveryTracker delivery_ ABSL_GUARDED_BY(js_.mu);
 };
 
 }  // namespace sluice::dispatcher

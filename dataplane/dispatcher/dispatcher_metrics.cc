@@ -26,6 +26,9 @@ DispatcherMetrics::DispatcherMetrics(prometheus::Registry& registry, std::string
                                    "Splits handed to workers under dynamic sharding")),
       split_remainders_(CounterFamily(registry, "sluice_dispatcher_split_remainders_total",
                                       "Splits a lost worker was reading under a lease, queued again from the lease's end")),
+      elements_lost_(CounterFamily(registry, "sluice_dispatcher_elements_lost_estimate_total",
+                                   "Elements lost workers had produced that the job's clients never received "
+                                   "(estimated at removal from the workers' and clients' heartbeats)")),
       worker_removals_(CounterFamily(registry, "sluice_dispatcher_worker_removals_total",
                                      "Workers removed, by reason (heartbeat timeout, deregistered, restarted)")),
       snapshots_(CounterFamily(registry, "sluice_dispatcher_snapshots_total", "Journal snapshots written")
@@ -67,6 +70,7 @@ void DispatcherMetrics::AddClientMetrics(const std::string& job, const service::
   client_step_.Add(labels).Increment(delta.step_seconds_total());
   client_elements_.Add(labels).Increment(static_cast<double>(delta.elements_total()));
   client_bytes_.Add(labels).Increment(static_cast<double>(delta.bytes_total()));
+  elements_lost_.Add(labels);  // the job's loss counter exists (at 0) from its first client heartbeat
 }
 
 void DispatcherMetrics::AddSplitsServed(const std::string& job, int64_t n) {
@@ -75,6 +79,10 @@ void DispatcherMetrics::AddSplitsServed(const std::string& job, int64_t n) {
 
 void DispatcherMetrics::AddSplitRemainders(const std::string& job, int64_t n) {
   split_remainders_.Add(JobLabels(job)).Increment(static_cast<double>(n));
+}
+
+void DispatcherMetrics::AddElementsLostEstimate(const std::string& job, int64_t n) {
+  elements_lost_.Add(JobLabels(job)).Increment(static_cast<double>(n));
 }
 
 void DispatcherMetrics::AddWorkerRemoval(const std::string& reason) {
@@ -92,7 +100,8 @@ void DispatcherMetrics::SetJournalBytes(int64_t bytes) { journal_bytes_.Set(stat
 void DispatcherMetrics::RemoveJobSeries(const std::string& job) {
   const prometheus::Labels labels = JobLabels(job);
   for (prometheus::Family<prometheus::Counter>* family :
-       {&client_wait_, &client_step_, &client_elements_, &client_bytes_, &splits_served_, &split_remainders_}) {
+       {&client_wait_, &client_step_, &client_elements_, &client_bytes_, &splits_served_, &split_remainders_,
+        &elements_lost_}) {
     if (family->Has(labels)) family->Remove(&family->Add(labels));
   }
 }

@@ -3,6 +3,7 @@
 //   sluice_client_bytes_total                     {dataservice, job}  summed over the job's clients
 //   sluice_dispatcher_splits_served_total         {dataservice, job}
 //   sluice_dispatcher_split_remainders_total      {dataservice, job}  leased splits of lost workers re-queued
+//   sluice_dispatcher_elements_lost_estimate_total {dataservice, job} elements lost workers produced, never received
 //   sluice_dispatcher_jobs                        {dataservice}       jobs not finished
 //   sluice_dispatcher_workers                     {dataservice, placement=local|remote}
 //   sluice_dispatcher_job_workers                 {dataservice, job, placement}  workers with a task of the job
@@ -39,10 +40,12 @@ class DispatcherMetrics {
  public:
   DispatcherMetrics(prometheus::Registry& registry, std::string dataservice);
 
-  // `delta` holds increments (>= 0) of the client counters.
+  // `delta` holds increments (>= 0) of the client counters. Also makes the job's
+  // elements-lost counter appear (at 0), so a job without losses shows 0 rather than nothing.
   void AddClientMetrics(const std::string& job, const service::ClientMetrics& delta);
   void AddSplitsServed(const std::string& job, int64_t n);
   void AddSplitRemainders(const std::string& job, int64_t n);
+  void AddElementsLostEstimate(const std::string& job, int64_t n);
   void AddWorkerRemoval(const std::string& reason);
   void AddSnapshot();
   // One pipeline AutoOrder planned at registration (docs/autoorder.md).
@@ -66,6 +69,7 @@ class DispatcherMetrics {
   prometheus::Family<prometheus::Counter>& client_bytes_;
   prometheus::Family<prometheus::Counter>& splits_served_;
   prometheus::Family<prometheus::Counter>& split_remainders_;
+  prometheus::Family<prometheus::Counter>& elements_lost_;
   prometheus::Family<prometheus::Counter>& worker_removals_;
   prometheus::Counter& snapshots_;
   prometheus::Family<prometheus::Counter>& autoorder_plans_;

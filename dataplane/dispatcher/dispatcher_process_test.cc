@@ -18,6 +18,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -118,6 +119,7 @@ class DispatcherProcess {
     return port;
   }
   void Signal(int sig) { kill(pid_, sig); }
+  pid_t pid() const { return pid_; }
   // Waits for the process to exit; returns its wait status, or -1 at the deadline.
   int Wait(absl::Duration timeout = absl::Seconds(20)) {
     const absl::Time deadline = absl::Now() + timeout;
@@ -323,6 +325,64 @@ TEST_CASE("a corrupt journal stops the start with the file and offset") {
   INFO(p.Output());
   CHECK(!p.WaitForLine("cannot open the journal").empty());
   CHECK(p.Output().find("offset 8: record data checksum mismatch") != std::string::npos);
+}
+
+// The resident set of process `pid` in KiB (VmRSS of /proc/<pid>/status).
+int64_t ResidentKiB(pid_t pid) {
+  const std::string status = sluice::testing::ReadFile(absl::StrCat("/proc/", pid, "/status"));
+  const auto at = status.find("VmRSS:");
+  REQUIRE(at != std::string::npos);
+  const auto end = status.find("kB", at);
+  int64_t kib = 0;
+  REQUIRE(absl::SimpleAtoi(absl::StripAsciiWhitespace(status.substr(at + 6, end - at - 6)), &kib));
+  return kib;
+}
+
+TEST_CASE("a one-line spec with 2^30 splits is refused before any is listed - the client reads why") {
+  TempDir dir;
+  std::vector<std::string> flags = Flags(dir.File("journal"));
+  flags.push_back("--max_dataset_splits=1000");
+  DispatcherProcess p(flags);
+  auto stub = Connect(p.ListeningPort("port"));
+  // Warm up (the first registration loads what the pipeline code needs), then measure.
+  service::RegisterDatasetRequest small;
+  *small.mutable_pipeline() = RangePipeline(1000 * 10, 10);  // exactly at the limit: accepted
+  service::RegisterDatasetResponse small_resp;
+  REQUIRE(stub->RegisterDataset(Ctx().get(), small, &small_resp).ok());
+  CHECK(small_resp.num_splits() == 1000);
+  const int64_t before = ResidentKiB(p.pid());
+
+  service::RegisterDatasetRequest huge;
+  *huge.mutable_pipeline() = RangePipeline(int64_t{1} << 40, 1024);  // 2^30 splits: ~240 GiB if listed
+  service::RegisterDatasetResponse resp;
+  grpc::Status s = stub->RegisterDataset(Ctx().get(), huge, &resp);  // Ctx(): a 10 s deadline
+  INFO(s.error_message());
+  CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(s.error_message().find("source range") != std::string::npos);
+  CHECK(s.error_message().find("1073741824 splits") != std::string::npos);
+  CHECK(s.error_message().find("limit of 1000") != std::string::npos);
+  CHECK(s.error_message().find("split_size") != std::string::npos);
+  CHECK(s.error_message().find("--max_dataset_splits") != std::string::npos);
+  // One above the limit is refused too.
+  service::RegisterDatasetRequest over;
+  *over.mutable_pipeline() = RangePipeline(1000 * 10 + 1, 10);
+  CHECK(stub->RegisterDataset(Ctx().get(), over, &resp).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  // Nothing was built: listing 2^30 splits would take hundreds of GiB; 64 MiB is far above noise.
+  const int64_t after = ResidentKiB(p.pid());
+  INFO("resident before " << before << " KiB, after " << after << " KiB");
+  CHECK(after - before < 64 * 1024);
+  // The dispatcher still serves.
+  REQUIRE(stub->RegisterDataset(Ctx().get(), small, &small_resp).ok());
+}
+
+TEST_CASE("a max_dataset_splits of 0 or below is a bad flag: exit status 2") {
+  for (const char* flag : {"--max_dataset_splits=0", "--max_dataset_splits=-5"}) {
+    DispatcherProcess p({flag});
+    const int status = p.Wait();
+    REQUIRE(status != -1);
+    CHECK(WEXITSTATUS(status) == 2);
+    CHECK(!p.WaitForLine("--max_dataset_splits: must be > 0").empty());
+  }
 }
 
 }  // namespace

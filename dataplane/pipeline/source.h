@@ -62,6 +62,15 @@ class Source {
   virtual ~Source() = default;
   // All splits of the input, in a deterministic order. Errors for a missing file or empty glob.
   virtual absl::StatusOr<std::vector<Split>> ListSplits() const = 0;
+  // How many splits ListSplits() would return, without building the list: the dispatcher refuses
+  // a dataset with too many before enumerating them. Sources whose count follows from their
+  // arguments (or file sizes) compute it; the default lists the splits (fine when they are
+  // bounded by files that exist).
+  virtual absl::StatusOr<uint64_t> NumSplits() const {
+    auto splits = ListSplits();
+    if (!splits.ok()) return splits.status();
+    return static_cast<uint64_t>(splits->size());
+  }
   virtual absl::StatusOr<std::unique_ptr<SplitReader>> Open(const Split& split,
                                                             const SourceContext& context) const = 0;
 };

@@ -1,6 +1,7 @@
 // Sources that need no files: `range` (integers) and `synthetic` (tensors of a given shape,
 // filled deterministically), for tests, examples and benchmarks.
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "dataplane/pipeline/source.h"
@@ -8,12 +9,21 @@
 namespace sluice::pipeline {
 namespace {
 
+// The number of ranges of `split_size` covering [0, count).
+uint64_t NumRangeSplits(int64_t count, int64_t split_size) {
+  if (count <= 0 || split_size <= 0) return 0;
+  return static_cast<uint64_t>(count / split_size + (count % split_size != 0 ? 1 : 0));
+}
+
 // Splits [0, count) into ranges of `split_size`.
 std::vector<Split> RangeSplits(int64_t count, int64_t split_size, const std::string& name) {
   std::vector<Split> splits;
-  uint64_t index = 0;
-  for (int64_t begin = 0; begin < count; begin += split_size) {
-    splits.push_back(Split{index++, name, begin, std::min(count, begin + split_size)});
+  const uint64_t n = NumRangeSplits(count, split_size);
+  splits.reserve(n);
+  for (uint64_t index = 0; index < n; ++index) {
+    const int64_t begin = static_cast<int64_t>(index) * split_size;  // < count: no overflow
+    const int64_t end = count - begin <= split_size ? count : begin + split_size;
+    splits.push_back(Split{index, name, begin, end});
   }
   return splits;
 }
@@ -37,12 +47,11 @@ class RangeReader : public SplitReader {
 
 class RangeSource : public Source {
  public:
-  RangeSource(int64_t start, int64_t stop, int64_t step, int64_t split_size)
-      : start_(start), step_(step), split_size_(split_size) {
-    count_ = step > 0 ? std::max<int64_t>(0, (stop - start + step - 1) / step)
-                      : std::max<int64_t>(0, (start - stop - step - 1) / -step);
-  }
+  // `count`: the number of values start, start+step, ... below stop.
+  RangeSource(int64_t start, int64_t count, int64_t step, int64_t split_size)
+      : start_(start), step_(step), split_size_(split_size), count_(count) {}
   absl::StatusOr<std::vector<Split>> ListSplits() const override { return RangeSplits(count_, split_size_, "range"); }
+  absl::StatusOr<uint64_t> NumSplits() const override { return NumRangeSplits(count_, split_size_); }
   absl::StatusOr<std::unique_ptr<SplitReader>> Open(const Split& split, const SourceContext&) const override {
     if (split.begin < 0 || split.end > count_ || split.begin > split.end) {
       return absl::OutOfRangeError(absl::StrCat("range: split ", split.DebugString(), " is outside [0, ", count_, ")"));
@@ -99,6 +108,7 @@ class SyntheticSource : public Source {
   SyntheticSource(int64_t count, DType dtype, Shape shape, int64_t split_size)
       : count_(count), dtype_(dtype), shape_(std::move(shape)), split_size_(split_size) {}
   absl::StatusOr<std::vector<Split>> ListSplits() const override { return RangeSplits(count_, split_size_, "synthetic"); }
+  absl::StatusOr<uint64_t> NumSplits() const override { return NumRangeSplits(count_, split_size_); }
   absl::StatusOr<std::unique_ptr<SplitReader>> Open(const Split& split, const SourceContext&) const override {
     if (split.begin < 0 || split.end > count_ || split.begin > split.end) {
       return absl::OutOfRangeError(absl::StrCat("synthetic: split ", split.DebugString(), " is outside [0, ", count_, ")"));
@@ -123,8 +133,18 @@ void RegisterBasicSources(SourceRegistry& registry) {
        WithDefault("step", int64_t{1}, "increment (non-zero)"),
        Bounded(WithDefault("split_size", int64_t{1024}, "values per split"), 1, std::nullopt)},
       [](const Args& a) -> absl::StatusOr<std::unique_ptr<Source>> {
-        if (a.Int("step") == 0) return absl::InvalidArgumentError("step: must not be 0");
-        return std::unique_ptr<Source>(new RangeSource(a.Int("start"), a.Int("stop"), a.Int("step"), a.Int("split_size")));
+        const int64_t start = a.Int("start"), stop = a.Int("stop"), step = a.Int("step");
+        if (step == 0) return absl::InvalidArgumentError("step: must not be 0");
+        // In 128 bits: start and stop may be any int64 values.
+        const __int128 span = step > 0 ? static_cast<__int128>(stop) - start : static_cast<__int128>(start) - stop;
+        const __int128 abs_step = step > 0 ? static_cast<__int128>(step) : -static_cast<__int128>(step);
+        const __int128 count = span <= 0 ? 0 : (span + abs_step - 1) / abs_step;
+        if (count > std::numeric_limits<int64_t>::max()) {
+          return absl::InvalidArgumentError(absl::StrCat("stop: [", start, ", ", stop, ") by ", step,
+                                                         " has more than 2^63-1 values"));
+        }
+        return std::unique_ptr<Source>(
+            new RangeSource(start, static_cast<int64_t>(count), step, a.Int("split_size")));
       }});
   (void)registry.Register(SourceDescriptor{
       "synthetic",

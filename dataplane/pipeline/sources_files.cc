@@ -87,6 +87,10 @@ class FilesSource : public Source {
     for (int64_t b = 0; b < n; b += split_size_) splits.push_back(Split{index++, "files", b, std::min(n, b + split_size_)});
     return splits;
   }
+  absl::StatusOr<uint64_t> NumSplits() const override {
+    const uint64_t n = files_.size();
+    return n / static_cast<uint64_t>(split_size_) + (n % static_cast<uint64_t>(split_size_) != 0 ? 1 : 0);
+  }
   absl::StatusOr<std::unique_ptr<SplitReader>> Open(const Split& split, const SourceContext& ctx) const override {
     if (split.begin < 0 || split.begin > static_cast<int64_t>(files_.size()) || split.end > static_cast<int64_t>(files_.size())) {
       return absl::OutOfRangeError(absl::StrCat("files: split ", split.DebugString(), " is outside the ", files_.size(), " files"));
@@ -215,6 +219,10 @@ class IdxSource : public Source {
       splits.push_back(Split{index++, images_path_, b, std::min(images_->count, b + split_size_)});
     }
     return splits;
+  }
+  absl::StatusOr<uint64_t> NumSplits() const override {
+    if (images_->count <= 0) return uint64_t{0};
+    return static_cast<uint64_t>(images_->count / split_size_ + (images_->count % split_size_ != 0 ? 1 : 0));
   }
   absl::StatusOr<std::unique_ptr<SplitReader>> Open(const Split& split, const SourceContext&) const override {
     if (split.begin < 0 || split.end > images_->count || split.begin > split.end) {

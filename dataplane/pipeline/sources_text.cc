@@ -27,6 +27,17 @@ absl::StatusOr<std::vector<Split>> ByteRangeSplits(const std::vector<std::string
   return splits;
 }
 
+// How many splits ByteRangeSplits would return, from the file sizes alone.
+absl::StatusOr<uint64_t> NumByteRangeSplits(const std::vector<std::string>& files, int64_t split_bytes) {
+  uint64_t n = 0;
+  for (const auto& f : files) {
+    auto size = FileSize(f);
+    if (!size.ok()) return size.status();
+    if (*size > 0) n += static_cast<uint64_t>(*size / split_bytes + (*size % split_bytes != 0 ? 1 : 0));
+  }
+  return n;
+}
+
 // Iterates over the lines starting in [split.begin, split.end) of a mapped file.
 class LineCursor {
  public:
@@ -210,6 +221,7 @@ class JsonlSource : public Source {
   JsonlSource(std::vector<std::string> files, std::vector<std::string> fields, int64_t split_bytes)
       : files_(std::move(files)), fields_(std::move(fields)), split_bytes_(split_bytes) {}
   absl::StatusOr<std::vector<Split>> ListSplits() const override { return ByteRangeSplits(files_, split_bytes_); }
+  absl::StatusOr<uint64_t> NumSplits() const override { return NumByteRangeSplits(files_, split_bytes_); }
   absl::StatusOr<std::unique_ptr<SplitReader>> Open(const Split& split, const SourceContext& ctx) const override {
     auto file = MapFile(split.path);
     if (!file.ok()) return file.status();
@@ -321,6 +333,7 @@ class CsvSource : public Source {
       : files_(std::move(files)), columns_(std::move(columns)), header_(header), delimiter_(delimiter),
         split_bytes_(split_bytes) {}
   absl::StatusOr<std::vector<Split>> ListSplits() const override { return ByteRangeSplits(files_, split_bytes_); }
+  absl::StatusOr<uint64_t> NumSplits() const override { return NumByteRangeSplits(files_, split_bytes_); }
   absl::StatusOr<std::unique_ptr<SplitReader>> Open(const Split& split, const SourceContext& ctx) const override {
     auto file = MapFile(split.path);
     if (!file.ok()) return file.status();

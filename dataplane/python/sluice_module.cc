@@ -272,6 +272,10 @@ class PyClient {
     d["rounds_skipped"] = s.rounds_skipped;
     d["job_finished"] = s.job_finished;
     d["ended_without_dispatcher"] = s.ended_without_dispatcher;
+    py::dict received;
+    for (const auto& [task_id, n] : s.elements_received_by_task) received[py::int_(task_id)] = n;
+    d["elements_received_by_task"] = received;
+    d["elements_lost_estimate"] = s.elements_lost_estimate;
     d["waiting"] = s.waiting_consumers;
     return d;
   }

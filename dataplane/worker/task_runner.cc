@@ -302,7 +302,10 @@ std::unique_ptr<TaskRunner> CreateTaskRunner(const service::TaskDef& task, const
 
 StreamingTaskRunner::StreamingTaskRunner(service::TaskDef def, std::unique_ptr<ElementProducer> producer,
                                          const TaskRunnerOptions& options)
-    : TaskRunner(std::move(def)), producer_(std::move(producer)), buffer_(options.buffer_elements, options.buffer_bytes) {
+    : TaskRunner(std::move(def)),
+      producer_(std::move(producer)),
+      buffer_(options.buffer_elements, options.buffer_bytes),
+      max_undelivered_(options.max_undelivered_elements) {
   thread_ = std::thread([this] { ProduceLoop(); });
 }
 
@@ -318,8 +321,33 @@ void StreamingTaskRunner::Stop(absl::Status reason) {
   producer_->Cancel();
 }
 
+void StreamingTaskRunner::SetDelivered(int64_t elements) {
+  absl::MutexLock lock(&delivery_mu_);
+  delivered_ = std::max(delivered_, elements);
+}
+
+bool StreamingTaskRunner::WaitForDeliveryRoom() {
+  if (max_undelivered_ <= 0) return true;
+  {
+    absl::MutexLock lock(&delivery_mu_);
+    if (produced_.load() - delivered_ < max_undelivered_) return true;
+  }
+  // Registered before taking delivery_mu_ (lock order: the token's mutex, then ours).
+  CancelCallback wake(&stop_, [this] {
+    absl::MutexLock lock(&delivery_mu_);
+    delivery_wait_stopped_ = true;
+  });
+  absl::MutexLock lock(&delivery_mu_);
+  auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(delivery_mu_) {
+    return delivery_wait_stopped_ || produced_.load() - delivered_ < max_undelivered_;
+  };
+  delivery_mu_.Await(absl::Condition(&room));
+  return !delivery_wait_stopped_;
+}
+
 void StreamingTaskRunner::ProduceLoop() {
   while (true) {
+    if (!WaitForDeliveryRoom()) return;  // stopped or draining: the buffer is closed already
     auto next = producer_->Next();
     if (!next.ok()) {
       if (!absl::IsCancelled(next.status()) || !stop_.cancelled()) {

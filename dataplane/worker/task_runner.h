@@ -47,6 +47,10 @@ namespace sluice::worker {
 struct TaskRunnerOptions {
   size_t buffer_elements = 256;             // per task
   size_t buffer_bytes = 64 << 20;           // per task
+  // Streaming tasks: the producer pauses while it has produced this many elements more than the
+  // job's clients reported received (relayed by the dispatcher, see SetDelivered): what a killed
+  // worker can take with it. 0: no cap (the buffer bounds alone).
+  int64_t max_undelivered_elements = 0;
   absl::Duration round_timeout = absl::Seconds(1);
   pipeline::RuntimeOptions runtime;         // cpu budget for the task pipelines
   SplitProviderOptions splits;
@@ -129,6 +133,9 @@ class TaskRunner {
   virtual TaskProgressSnapshot Progress() const = 0;
   virtual std::vector<uint64_t> TakeUnreportedStarts() { return {}; }
   virtual void RestoreUnreportedStarts(const std::vector<uint64_t>&) {}
+  // The elements of this task the job's clients reported received (from a dispatcher heartbeat
+  // answer; only growth counts). Streaming tasks under max_undelivered_elements resume on it.
+  virtual void SetDelivered(int64_t /*elements*/) {}
 
  protected:
   const service::TaskDef def_;
@@ -151,14 +158,21 @@ class StreamingTaskRunner : public TaskRunner {
   TaskProgressSnapshot Progress() const override;
   std::vector<uint64_t> TakeUnreportedStarts() override { return producer_->TakeUnreportedStarts(); }
   void RestoreUnreportedStarts(const std::vector<uint64_t>& i) override { producer_->RestoreUnreportedStarts(i); }
+  void SetDelivered(int64_t elements) override;
 
  private:
   void ProduceLoop();
+  // max_undelivered_elements: waits while produced - delivered reaches the cap. False when stopped.
+  bool WaitForDeliveryRoom();
 
   std::unique_ptr<ElementProducer> producer_;
   ElementBuffer buffer_;
   CancelToken stop_;
+  const int64_t max_undelivered_;
   std::atomic<int64_t> produced_{0};
+  absl::Mutex delivery_mu_;
+  int64_t delivered_ ABSL_GUARDED_BY(delivery_mu_) = 0;
+  bool delivery_wait_stopped_ ABSL_GUARDED_BY(delivery_mu_) = false;
   std::atomic<bool> draining_{false};
   std::atomic<bool> stopped_{false};
   std::thread thread_;

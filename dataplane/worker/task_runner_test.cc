@@ -120,6 +120,39 @@ TEST_CASE("worker_task_runner buffers ahead of readers, bounded, then serves eve
   CHECK(metrics.pipeline_runs() == 1);
 }
 
+TEST_CASE("worker_task_runner max_undelivered_elements: production pauses at the cap until clients report receipt") {
+  TaskRunnerEnv env = Env();
+  env.options.buffer_elements = 100;
+  env.options.max_undelivered_elements = 5;
+  auto runner = CreateTaskRunner(MakeTask(1, "source: {range: {stop: 12, split_size: 100}}\n"), env);
+  REQUIRE(WaitUntil([&] { return runner->Progress().elements_produced == 5; }));
+  // Popping does not count as delivered: only what the clients reported does.
+  auto batch = runner->GetNextBatch(100, 1 << 20, nullptr);
+  REQUIRE(batch.ok());
+  CHECK(batch->elements.size() == 5);
+  CHECK(runner->Progress().elements_produced == 5);
+  runner->SetDelivered(3);
+  REQUIRE(WaitUntil([&] { return runner->Progress().elements_produced == 8; }));
+  runner->SetDelivered(2);  // older reports do not shrink it
+  runner->SetDelivered(12);
+  std::vector<int64_t> rest = ReadAll(*runner);
+  CHECK(rest == Iota(5, 12));
+  CHECK(runner->Progress().finished);
+  // A producer waiting at the cap is woken by a drain: what it buffered is served, then UNAVAILABLE.
+  auto capped = CreateTaskRunner(MakeTask(2, "source: {range: {stop: 100}}\n"), env);
+  REQUIRE(WaitUntil([&] { return capped->Progress().elements_produced == 5; }));
+  capped->BeginDrain();
+  auto drained = capped->GetNextBatch(100, 1 << 20, nullptr);
+  REQUIRE(drained.ok());
+  CHECK(drained->elements.size() == 5);
+  CHECK(absl::IsUnavailable(capped->GetNextBatch(100, 1 << 20, nullptr).status()));
+  // And by Stop (the destructor joins the producer thread).
+  auto stopped = CreateTaskRunner(MakeTask(3, "source: {range: {stop: 100}}\n"), env);
+  REQUIRE(WaitUntil([&] { return stopped->Progress().elements_produced == 5; }));
+  stopped->Stop(absl::NotFoundError("deleted"));
+  stopped.reset();
+}
+
 TEST_CASE("worker_task_runner job sharing: concurrent readers get each element exactly once") {
   auto runner = CreateTaskRunner(MakeTask(1, "source: {range: {stop: 3000, split_size: 100}}\n"), Env());
   std::vector<int64_t> a, b, c;

@@ -41,6 +41,9 @@ void AddFlags(CLI::App& app, WorkerFlags& f) {
   app.add_option("--sharing_window_elements", f.sharing_window_elements, "cross-job sharing: elements kept for the slowest job");
   app.add_option("--buffer_bytes", f.buffer_bytes, "per task: bytes of encoded elements buffered ahead of readers");
   app.add_option("--buffer_elements", f.buffer_elements, "per task: elements buffered ahead of readers");
+  app.add_option("--max_undelivered_elements", f.max_undelivered_elements,
+                 "per streaming task: produce at most this many elements beyond what the job's clients reported "
+                 "received (bounds what a killed worker takes with it; 0: no cap)");
   app.add_option("--split_lease_elements", f.split_lease_elements,
                  "dynamic sharding: first position lease of a split, in elements (what a lost worker may lose per split it reads)");
   app.add_option("--split_lease_max_elements", f.split_lease_max_elements,
@@ -153,6 +156,10 @@ absl::Status Validate(const WorkerFlags& f) {
     if (auto s = positive(name, value); !s.ok()) return s;
   }
   if (auto dirs = pipeline::ResolvePluginDirs(f.plugin_dirs, "--plugin_dir"); !dirs.ok()) return dirs.status();
+  if (f.max_undelivered_elements < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_undelivered_elements: must be >= 0 (0: no cap), got ", f.max_undelivered_elements));
+  }
   if (f.task_wait_ms < 0) return absl::InvalidArgumentError(absl::StrCat("--task_wait_ms: must be >= 0, got ", f.task_wait_ms));
   if (f.cpu_budget < 0) return absl::InvalidArgumentError(absl::StrCat("--cpu_budget: must be >= 0, got ", f.cpu_budget));
   static const std::set<std::string> kLevels = {"debug", "info", "warning", "error"};
@@ -233,6 +240,7 @@ absl::StatusOr<WorkerConfig> MakeWorkerConfig(const WorkerFlags& flags, int port
   config.sharing_window_elements = static_cast<size_t>(flags.sharing_window_elements);
   config.runner.buffer_bytes = static_cast<size_t>(flags.buffer_bytes);
   config.runner.buffer_elements = static_cast<size_t>(flags.buffer_elements);
+  config.runner.max_undelivered_elements = flags.max_undelivered_elements;
   config.runner.round_timeout = absl::Milliseconds(flags.round_timeout_ms);
   config.runner.splits.lease_elements = flags.split_lease_elements;
   config.runner.splits.max_lease_elements = std::max(flags.split_lease_elements, flags.split_lease_max_elements);

@@ -134,6 +134,28 @@ TEST_CASE("worker_flags: malformed input is reported with the flag, file and key
   const std::string boolean = dir.File("bool.yaml");
   sluice::testing::WriteFile(boolean, "dispatcher_address: d:1\ntls_require_client_cert: maybe\n");
   CHECK_THAT(Error({"--config", boolean}), Catch::Contains("expected true or false"));
+  CHECK_THAT(Error({"--dispatcher_address=d:1", "--max_undelivered_elements=-1"}),
+             Catch::Contains("--max_undelivered_elements: must be >= 0"));
+  CHECK_THAT(Error({"--dispatcher_address=d:1", "--max_undelivered_elements=many"}),
+             Catch::Contains("max_undelivered_elements"));
+}
+
+TEST_CASE("worker_flags: --max_undelivered_elements from the command line or the YAML config reaches the runners") {
+  auto plain = ParseWorkerFlags({"--dispatcher_address=d:1"});
+  REQUIRE(plain.ok());
+  CHECK(plain->flags.max_undelivered_elements == 0);
+  sluice::testing::TempDir dir;
+  const std::string path = dir.File("worker.yaml");
+  sluice::testing::WriteFile(path, "dispatcher_address: d:1\nmax_undelivered_elements: 500\n");
+  auto parsed = ParseWorkerFlags({"--config", path});
+  REQUIRE(parsed.ok());
+  CHECK(parsed->flags.max_undelivered_elements == 500);
+  auto config = MakeWorkerConfig(parsed->flags, 7000);
+  REQUIRE(config.ok());
+  CHECK(config->runner.max_undelivered_elements == 500);
+  auto flag = ParseWorkerFlags({"--config", path, "--max_undelivered_elements=7"});
+  REQUIRE(flag.ok());
+  CHECK(flag->flags.max_undelivered_elements == 7);
 }
 
 }  // namespace

@@ -163,6 +163,9 @@ absl::Status WorkerImpl::Heartbeat(const CallOptions& options) {
     for (const auto& task : response->new_tasks()) {
       if (!draining_ && !stopping_ && tasks_.count(task.task_id()) == 0) to_create.push_back(&task);
     }
+    for (const auto& received : response->received()) {  // what the clients got: room under the cap
+      if (auto it = tasks_.find(received.task_id()); it != tasks_.end()) it->second->SetDelivered(received.elements());
+    }
   }
   for (const service::TaskDef* task : to_create) {
     std::shared_ptr<TaskRunner> runner = CreateTaskRunner(*task, env_);  // outside the lock: builds a pipeline

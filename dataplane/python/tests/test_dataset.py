@@ -130,6 +130,10 @@ def test_step_marks_training_steps_and_stats_reach_the_dispatcher(service):
     assert stats["elements"] == 40
     assert 0.0 <= stats["wait_seconds"] <= stats["step_seconds"]
     assert stats["bytes"] > 0
+    # Per task received (reported to the dispatcher); nothing lost without a worker failure.
+    assert sum(stats["elements_received_by_task"].values()) == 40
+    assert all(isinstance(t, int) and t > 0 for t in stats["elements_received_by_task"])
+    assert stats["elements_lost_estimate"] == 0
     state = service.wait_for(lambda s: s["metrics"]["elements_total"] == 40)
     assert state["metrics"]["bytes_total"] == stats["bytes"]
     assert state["metrics"]["wait_seconds_total"] <= state["metrics"]["step_seconds_total"]
