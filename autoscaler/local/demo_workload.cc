@@ -5,6 +5,8 @@
 
 namespace sluice::autoscaler {
 
+std::vector<std::string> DemoWorkerFlags() { return {"--buffer_elements=32", "--shutdown_timeout_ms=30000"}; }
+
 std::string DemoPipelineYaml(const DemoWorkload& w) {
   return absl::StrCat("name: autoscale-demo\n",
                       "source: {synthetic: {count: ", w.count, ", shape: [", w.image_size, ", ", w.image_size,

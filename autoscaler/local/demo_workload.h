@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "pipeline.pb.h"
@@ -18,9 +19,18 @@ namespace sluice::autoscaler {
 
 struct DemoWorkload {
   int64_t count = 2'000'000;  // elements in the job (count / split_size splits: keep it well under 1,000,000)
-  int image_size = 160;       // source images are image_size x image_size x 3 (the CPU per element)
+  int image_size = 768;       // source images are image_size x image_size x 3 (the CPU per element)
   int64_t split_size = 64;
 };
+
+// Flags of the demo's workers: a small buffer ahead of the readers (--buffer_elements=32), so that
+// a worker chosen for removal drains within moments even at low demand (a drain waits until its
+// buffer has been read); and a long SIGTERM budget (--shutdown_timeout_ms=30000: up to 12 s to
+// serve what its streams still hold), because a drained worker's gRPC streams may still carry
+// elements its client has not read yet (not visible in any metric) — cutting them loses those.
+std::vector<std::string> DemoWorkerFlags();
+// How long a supervisor must let a demo worker take to stop (above its SIGTERM budget).
+inline constexpr int kDemoWorkerStopSeconds = 40;
 
 // The pipeline spec (YAML) of `w`.
 std::string DemoPipelineYaml(const DemoWorkload& w);

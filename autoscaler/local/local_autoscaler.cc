@@ -129,8 +129,8 @@ LocalAutoscaler::LocalAutoscaler(local::LocalDataService* service, LocalAutoscal
     : service_(service),
       options_(std::move(options)),
       policy_(LocalPolicy(options_.policy, options_.worker.cpus.value_or(service->options().worker_cpus))),
-      scrape_(ScrapeOptions{options_.window, std::min(options_.period, absl::Seconds(5)), absl::Seconds(2)}),
-      scrape_recent_(ScrapeOptions{options_.recent_window, std::min(options_.period, absl::Seconds(5)),
+      scrape_(ScrapeOptions{options_.window, std::min(options_.period * 0.8, absl::Seconds(5)), absl::Seconds(2)}),
+      scrape_recent_(ScrapeOptions{options_.recent_window, std::min(options_.period * 0.8, absl::Seconds(5)),
                                    absl::Seconds(2)}) {
   if (!options_.prometheus_url.empty()) {
     PrometheusOptions p = options_.prometheus;

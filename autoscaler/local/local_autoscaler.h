@@ -57,7 +57,7 @@ struct LocalAutoscalerOptions {
   std::string ns = "local";                 // names for the sources (the metrics' dataservice label)
   std::string name = "local";
   local::WorkerOptions worker;              // how new workers start (CPU limit: the supervisor's default)
-  absl::Duration drain_timeout = absl::Seconds(30);
+  absl::Duration drain_timeout = absl::Seconds(20);  // the loop waits this long for a drain, then retries next period
   size_t keep_decisions = 200;              // decisions() keeps this many
   // Each decision's logfmt line (with ts=, level=, component=); none: written to stderr.
   std::function<void(const std::string& line)> log_sink;

@@ -34,6 +34,8 @@ local::LocalDataServiceOptions ServiceOptions(const std::string& log_dir) {
   o.worker_timeout_ms = 10000;
   o.dataservice = "local";
   o.worker_cpus = 0.25;
+  o.worker_flags = DemoWorkerFlags();
+  o.stop_timeout = absl::Seconds(kDemoWorkerStopSeconds);
   o.log_dir = log_dir;
   return o;
 }
@@ -164,6 +166,16 @@ TEST_CASE("demand up adds workers until the stall is under target; demand down r
   REQUIRE(WaitFor([&] { return loop.consumer->finished() || !loop.consumer->status().ok(); }, absl::Minutes(4)));
   CHECK(loop.consumer->status().ok());
   const std::map<int64_t, int> seen = loop.consumer->recorded();
+  std::string missing;
+  for (int64_t i = 0, shown = 0; i < workload.count && shown < 20; ++i) {
+    if (!seen.count(i) && (i == 0 || seen.count(i - 1))) {
+      int64_t j = i;
+      while (j + 1 < workload.count && !seen.count(j + 1)) ++j;
+      absl::StrAppend(&missing, i, "-", j, " ");
+      ++shown;
+    }
+  }
+  INFO("missing: " << missing);
   CHECK(seen.size() == static_cast<size_t>(workload.count));
   int64_t repeated = 0;
   for (const auto& [index, times] : seen) {

@@ -112,6 +112,8 @@ local::LocalDataServiceOptions ServiceOptions(const std::string& log_dir, double
   o.worker_timeout_ms = 10000;
   o.dataservice = "local";
   o.worker_cpus = cpus;
+  o.worker_flags = DemoWorkerFlags();
+  o.stop_timeout = absl::Seconds(kDemoWorkerStopSeconds);
   o.log_dir = log_dir;
   return o;
 }

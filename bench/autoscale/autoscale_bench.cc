@@ -24,7 +24,7 @@ void AddAutoscaleBenchFlags(CLI::App* app, AutoscaleBenchOptions& o) {
   app->add_option("--target-stall", l.target_stall, "--live: the stall ratio target (default 0.1)");
   app->add_option("--low-step-ms", l.low_step_ms, "--live: compute per element at low demand, ms (default 40)");
   app->add_option("--high-step-ms", l.high_step_ms, "--live: compute per element at the peak, ms (default 4)");
-  app->add_option("--image-size", l.image_size, "--live: the workload's image side (CPU per element; default 160)");
+  app->add_option("--image-size", l.image_size, "--live: the workload's image side (CPU per element; default 768)");
   app->add_option("--max-workers", l.max_workers, "--live: most workers (default 6)");
   app->add_option("--scenario", o.scenarios, "run only these scenarios (repeatable; default: all)");
   app->add_option("--policy", o.policies, "run only these policies (repeatable; default: all)");

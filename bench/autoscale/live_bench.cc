@@ -105,6 +105,8 @@ int RunLiveAutoscaleBenchmark(const LiveAutoscaleOptions& o, std::ostream& out, 
   so.worker_timeout_ms = 10000;
   so.dataservice = "local";
   so.worker_cpus = o.cpus_per_worker;
+  so.worker_flags = autoscaler::DemoWorkerFlags();
+  so.stop_timeout = absl::Seconds(autoscaler::kDemoWorkerStopSeconds);
   so.cpu_quota_group = absl::StrCat("sluice-bench-live-", ::getpid());
   local::LocalDataService service(so);
   auto fail = [&](const std::string& what, const absl::Status& s) {

@@ -37,7 +37,7 @@ struct LiveAutoscaleOptions {
   double target_stall = 0.10;
   double low_step_ms = 40;
   double high_step_ms = 4;
-  int image_size = 160;
+  int image_size = 768;
   int max_workers = 6;
   std::string bin_dir;  // sluice-dispatcher and sluice-worker; empty: next to this binary
 };

@@ -506,7 +506,9 @@ int RunUpAutoscaled(const UpOptions& options, std::ostream& out, std::ostream& e
   service_options.bin_dir = bin_dir;
   service_options.log_dir = log_dir;
   service_options.dataservice = "local";
-  service_options.worker_flags = {"--placement=local"};
+  service_options.worker_flags = autoscaler::DemoWorkerFlags();
+  service_options.worker_flags.push_back("--placement=local");
+  service_options.stop_timeout = absl::Seconds(autoscaler::kDemoWorkerStopSeconds);
   service_options.heartbeat_interval_ms = 200;
   service_options.worker_cpus = options.cpus_per_worker;
   service_options.cpu_quota_group = absl::StrCat("sluice-up-", ::getpid());
@@ -628,7 +630,9 @@ int RunUpAutoscaled(const UpOptions& options, std::ostream& out, std::ostream& e
         if (under && report.decisions_to_no_stall < 0 && d.number > phase_first_decision) {
           report.decisions_to_no_stall = d.number - phase_first_decision + 1;
         }
-        good_in_a_row = under && d.decision.direction == autoscaler::Direction::kNone ? good_in_a_row + 1 : 0;
+        good_in_a_row = under && d.signals.stall_ratio.known() && d.decision.direction == autoscaler::Direction::kNone
+                            ? good_in_a_row + 1
+                            : 0;
       } else {
         const auto& x = d.decision;
         const bool waiting = x.Has(autoscaler::Reason::kScaleDownStabilized) ||
@@ -727,7 +731,7 @@ void AddDataServiceCommands(CLI::App& app, int& rc) {
                  "autoscaled: each demand phase ends after at most this many seconds (default 120)")
       ->check(CLI::PositiveNumber);
   up->add_option("--image-size", up_options->image_size,
-                 "autoscaled: the demo workload's image side (its CPU per element; default 160)")
+                 "autoscaled: the demo workload's image side (its CPU per element; default 768)")
       ->check(CLI::Range(32, 2048));
   up->add_option("--prometheus-url", up_options->prometheus_url,
                  "autoscaled: read the signals from this Prometheus instead of scraping the processes");

@@ -49,7 +49,7 @@ struct UpOptions {
   double window_seconds = 8;      // the rate window
   double scale_down_window_seconds = 8;
   double phase_limit_seconds = 120;  // each demand phase ends at the latest after this long
-  int image_size = 160;           // the demo workload's CPU per element
+  int image_size = 768;           // the demo workload's CPU per element
   std::string prometheus_url;     // signals from Prometheus instead of the direct scrape
   std::string pipeline;           // spec file; empty: DefaultPipelinePath()
   std::string sharding = "dynamic";  // off | dynamic | file | data
