@@ -233,7 +233,7 @@ TEST_CASE("FormatAutoscaledUpReport") {
   CHECK(absl::StrContains(text, "decisions 20: 1 scale-ups, 2 scale-downs, 0 held on missing data"));
   CHECK(absl::StrContains(text, "workers: started with 1, peak 4, now 1; 35.5 worker-seconds"));
   CHECK(absl::StrContains(text, "stall (target 0.100): 0.020 at the peak's end, unknown after the drop"));
-  CHECK(absl::StrContains(text, "decisions from the demand step to a stall under target: 2"));
+  CHECK(absl::StrContains(text, "decisions from the stall's onset to a stall under target: 2"));
   CHECK(absl::StrContains(text, "elements lost on scale-down: 0"));
   r.decisions_to_no_stall = -1;
   CHECK(absl::StrContains(cli::FormatAutoscaledUpReport(r, 0.1), "not reached"));

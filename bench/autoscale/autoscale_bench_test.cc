@@ -43,13 +43,17 @@ TEST_CASE("autoscale bench: --live refuses bad options before starting anything;
   CHECK(err.find("--live") != std::string::npos);
 }
 
-TEST_CASE("autoscale bench: DecisionsToNoStall counts the periods of a phase until the stall is under target") {
-  std::vector<LivePeriod> ps = {{1, "low", 1, 0.0, 0, ""},   {2, "high", 1, 0.6, 0, ""}, {3, "high", 3, -1, 0, ""},
-                                {4, "high", 3, 0.05, 0, ""}, {5, "high", 3, 0.0, 0, ""}};
-  CHECK(DecisionsToNoStall(ps, "high", 0.1) == 3);
-  CHECK(DecisionsToNoStall(ps, "high", 0.01) == 4);
-  CHECK(DecisionsToNoStall(ps, "outage", 0.1) == -1);
-  CHECK(DecisionsToNoStall({}, "high", 0.1) == -1);
+TEST_CASE("autoscale bench: DecisionsToNoStall counts from the stall's onset until it is under target") {
+  std::vector<LivePeriod> ps = {{1, "low", 1, 0.0, 0, ""},   {2, "high", 1, 0.0, 0, ""},   // buffers hide the step
+                                {3, "high", 1, 0.6, 0, ""},  {4, "high", 3, -1, 0, ""},    // onset; no steps
+                                {5, "high", 3, 0.05, 0, ""}, {6, "high", 3, 0.0, 0, ""}};
+  CHECK(DecisionsToNoStall(ps, "high", 0.1) == 2);
+  CHECK(DecisionsToNoStall(ps, "high", 0.01) == 3);
+  CHECK(DecisionsToNoStall(ps, "low", 0.1) == 0);      // never stalled
+  CHECK(DecisionsToNoStall(ps, "high", 0.7) == 0);
+  CHECK(DecisionsToNoStall(ps, "outage", 0.1) == -1);  // no such phase
+  std::vector<LivePeriod> stuck = {{1, "high", 1, 0.5, 0, ""}, {2, "high", 1, 0.5, 0, ""}};
+  CHECK(DecisionsToNoStall(stuck, "high", 0.1) == -1);
 }
 
 TEST_CASE("autoscale bench: bad names and unwritable outputs fail with the cause") {

@@ -21,12 +21,18 @@
 namespace sluice::bench {
 
 int DecisionsToNoStall(const std::vector<LivePeriod>& periods, const std::string& phase, double target) {
+  int onset = -1;  // index of the first period of the phase stalled above target
   int n = 0;
   for (const LivePeriod& p : periods) {
     if (p.phase != phase) continue;
     ++n;
-    if (p.stall >= 0 && p.stall <= target) return n;
+    if (onset < 0) {
+      if (p.stall > target) onset = n;
+      continue;
+    }
+    if (p.stall >= 0 && p.stall <= target) return n - onset;
   }
+  if (n > 0 && onset < 0) return 0;  // never stalled
   return -1;
 }
 

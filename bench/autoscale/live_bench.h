@@ -9,8 +9,8 @@
 // smallest that keeps the stall under the target.
 //
 // Progress on stderr, one JSON object as the last line on stdout:
-//   decisions_to_no_stall        decision periods from the step up until the consumer's stall over
-//                                a period is under the target (goal <= 2)
+//   decisions_to_no_stall        decision periods from the stall's onset after the step up until
+//                                the consumer's stall over a period is under the target (goal <= 2)
 //   worker_seconds_vs_best_static  worker-seconds the autoscaler used / those of the smallest static
 //                                count that keeps the stall under target, over the same schedule
 //                                (goal <= 1.15; null in --smoke, which skips the static runs)
@@ -52,8 +52,10 @@ struct LivePeriod {
   std::string reasons;
 };
 
-// decisions_to_no_stall from the periods: the index (1-based) of the first period of `phase`
-// whose stall is known and at most `target`; -1 when none.
+// decisions_to_no_stall from the periods: within `phase`, from the stall's onset (the first period
+// stalled above `target`: prefetched elements hide a demand step for a period or two) to the first
+// later period whose stall is known and at most `target`, in decision periods; 0 when the phase
+// never stalled, -1 when the stall never came back under the target.
 int DecisionsToNoStall(const std::vector<LivePeriod>& periods, const std::string& phase, double target);
 
 // Validates the options; the message names the flag.

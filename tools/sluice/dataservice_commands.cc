@@ -420,10 +420,10 @@ std::string FormatAutoscaledUpReport(const AutoscaledUpReport& r, double target_
   absl::StrAppend(&out, absl::StrFormat("stall (target %.3f): %s at the peak's end, %s after the drop\n", target_stall,
                                         stall(r.high_stall), stall(r.low_stall)));
   if (r.decisions_to_no_stall >= 0) {
-    absl::StrAppend(&out, absl::StrFormat("decisions from the demand step to a stall under target: %d\n",
+    absl::StrAppend(&out, absl::StrFormat("decisions from the stall's onset to a stall under target: %d\n",
                                           r.decisions_to_no_stall));
   } else {
-    absl::StrAppend(&out, "decisions from the demand step to a stall under target: not reached\n");
+    absl::StrAppend(&out, "decisions from the stall's onset to a stall under target: not reached\n");
   }
   absl::StrAppend(&out, absl::StrFormat("scale-downs on missing data: %d\n", r.scale_downs_on_missing_data));
   absl::StrAppend(&out, absl::StrFormat("elements lost on scale-down: %d\n", r.elements_lost));
@@ -603,6 +603,7 @@ int RunUpAutoscaled(const UpOptions& options, std::ostream& out, std::ostream& e
   absl::Time phase_start = start;
   int64_t phase_first_decision = 1;
   int good_in_a_row = 0;  // decisions with the stall under target (high phase) / settled (low phase)
+  int64_t stall_onset = -1;
   std::vector<double> phase_stalls;
   while (phase != Phase::kDone) {
     if (signals.Wait(absl::Milliseconds(100))) break;
@@ -627,8 +628,10 @@ int RunUpAutoscaled(const UpOptions& options, std::ostream& out, std::ostream& e
       if (d.number < phase_first_decision) continue;
       phase_stalls.push_back(stall);
       if (phase == Phase::kHigh) {
-        if (under && report.decisions_to_no_stall < 0 && d.number > phase_first_decision) {
-          report.decisions_to_no_stall = d.number - phase_first_decision + 1;
+        // From the stall's onset (the first decision that saw the trainer stall above target).
+        if (!under && stall_onset < 0) stall_onset = d.number;
+        if (under && stall_onset >= 0 && report.decisions_to_no_stall < 0) {
+          report.decisions_to_no_stall = d.number - stall_onset;
         }
         good_in_a_row = under && d.signals.stall_ratio.known() && d.decision.direction == autoscaler::Direction::kNone
                             ? good_in_a_row + 1

@@ -81,7 +81,7 @@ struct AutoscaledUpReport {
   double worker_seconds = 0;
   double high_stall = -1;  // the stall over the last decisions of the peak (-1: unknown)
   double low_stall = -1;   // over the last decisions after the drop
-  int64_t decisions_to_no_stall = -1;  // decisions from the demand step until the stall was under target
+  int64_t decisions_to_no_stall = -1;  // decisions from the stall's onset until it was under target
   bool interrupted = false;
 };
 std::string FormatAutoscaledUpReport(const AutoscaledUpReport& report, double target_stall);
