@@ -115,6 +115,7 @@ local::LocalDataServiceOptions ServiceOptions(const std::string& log_dir, double
   o.worker_flags = DemoWorkerFlags();
   o.stop_timeout = absl::Seconds(kDemoWorkerStopSeconds);
   o.log_dir = log_dir;
+  std::filesystem::create_directories(log_dir);
   return o;
 }
 
