@@ -204,7 +204,9 @@ void LocalAutoscaler::Account(absl::Time now, const std::vector<local::WorkerSta
 
 Observation LocalAutoscaler::Observe(const std::vector<local::WorkerStatus>& workers, absl::Time now) {
   if (prometheus_ != nullptr) {
-    return prometheus_->Observe({options_.prometheus_url, options_.ns, options_.name, {}}, now);
+    // Without a namespace label, Prometheus' answers are keyed by the dataservice label alone.
+    const std::string ns = options_.prometheus.namespace_label.empty() ? "" : options_.ns;
+    return prometheus_->Observe({options_.prometheus_url, ns, options_.name, {}}, now);
   }
   const std::string host = service_->options().listen_host;
   std::string dispatcher_url = options_.dispatcher_metrics_url;

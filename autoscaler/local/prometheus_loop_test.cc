@@ -157,7 +157,7 @@ TEST_CASE("PrometheusSource reads a real dispatcher's and workers' signals throu
   Observation obs;
   const bool complete = WaitFor(
       [&] {
-        obs = source.Observe({prometheus.url(), "local", "local", {}}, absl::Now());
+        obs = source.Observe({prometheus.url(), "", "local", {}}, absl::Now());
         const Signals& s = obs.signals;
         return obs.errors.empty() && s.stall_ratio.known() && s.demand.known() && *s.demand > 0 &&
                s.supply.known() && *s.supply > 0 && s.worker_cpu.known() && s.workers.known() &&
@@ -174,7 +174,7 @@ TEST_CASE("PrometheusSource reads a real dispatcher's and workers' signals throu
 
   // Stopped: an error naming the server, and nothing known.
   prometheus.Stop();
-  const Observation down = source.Observe({prometheus.url(), "local", "local", {}}, absl::Now());
+  const Observation down = source.Observe({prometheus.url(), "", "local", {}}, absl::Now());
   CHECK_FALSE(down.errors.empty());
   CHECK_FALSE(down.signals.stall_ratio.known());
   CHECK_FALSE(down.signals.demand.known());
