@@ -741,13 +741,15 @@ void AddDataServiceCommands(CLI::App& app, int& rc) {
   up->add_option("--pipeline", up_options->pipeline,
                  "pipeline spec to read (default: examples/pipelines/fashion_mnist.yaml)");
   up->add_option("--sharding", up_options->sharding, "off | dynamic | file | data");
-  up->add_option("--take", up_options->take, "stop reading after N elements (0: start the service only)");
+  up->add_option("--take", up_options->take,
+                 "static mode (implies --no-autoscale): stop reading after N elements (0: start the service only)");
   up->add_option("--seconds", up_options->seconds, "stop reading after S seconds")->check(CLI::NonNegativeNumber);
   up->add_option("--step-ms", up_options->step_ms,
                  "simulated training step per element, in ms (autoscaled: the demand peak, default 4; static: 0)")
       ->check(CLI::NonNegativeNumber);
   up->add_flag("--keep-running", up_options->keep_running,
-               "after reading, keep serving until Ctrl-C (other consumers can use the printed address)");
+               "static mode (implies --no-autoscale): after reading, keep serving until Ctrl-C (other consumers "
+               "can use the printed address)");
   up->add_option("--log-dir", up_options->log_dir, "where the processes' logs go (default: a new temp directory)");
   up->add_option("--bin-dir", up_options->bin_dir, "where sluice-dispatcher and sluice-worker are (default: next to sluice)");
   auto quiet = std::make_shared<bool>(false);
