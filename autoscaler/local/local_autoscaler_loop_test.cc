@@ -150,7 +150,7 @@ void UpThenDown(Loop& loop) {
                   absl::Minutes(3)));
 }
 
-TEST_CASE("demand up adds workers until the stall is under target; demand down removes them, drained") {
+TEST_CASE("demand up adds workers until the stall is under target, demand down removes them, drained") {
   DemoWorkload workload;
   Loop loop(workload, kLowStep, false);
   UpThenDown(loop);
@@ -200,7 +200,7 @@ TEST_CASE("KNOWN BUG: after scale-downs the job read to its end misses the remov
   CHECK(seen.size() == static_cast<size_t>(workload.count));
 }
 
-TEST_CASE("a metrics outage holds the size and says so; restored, the autoscaler resumes") {
+TEST_CASE("a metrics outage holds the size and says so, restored the autoscaler resumes") {
   DemoWorkload workload;
   Loop loop(workload, kHighStep, true);
   // Scale up first.

@@ -28,7 +28,7 @@ int Run(std::vector<std::string> args, std::string* out, std::string* err) {
   return rc;
 }
 
-TEST_CASE("autoscale bench: --live refuses bad options before starting anything; --smoke needs --live") {
+TEST_CASE("autoscale bench: --live refuses bad options before starting anything, --smoke needs --live") {
   std::string out, err;
   CHECK(Run({"--live", "--cpus-per-worker", "0"}, &out, &err) == 2);
   CHECK(out.empty());
