@@ -29,6 +29,10 @@ struct DemoWorkload {
 // serve what its streams still hold), because a drained worker's gRPC streams may still carry
 // elements its client has not read yet (not visible in any metric) — cutting them loses those.
 std::vector<std::string> DemoWorkerFlags();
+// The demo consumer's client buffer (DataServiceClientOptions::max_buffered_bytes): about a second
+// of the peak demand. A client holding minutes of prefetched elements stops reading its streams
+// (backpressure), and a draining worker's last buffered elements then wait that long to be read.
+inline constexpr int64_t kDemoClientBufferBytes = 256 << 10;
 // How long a supervisor must let a demo worker take to stop (above its SIGTERM budget).
 inline constexpr int kDemoWorkerStopSeconds = 40;
 

@@ -102,6 +102,7 @@ struct Loop {
     co.client.job_name = "train";
     co.client.sharding = service::SHARDING_DYNAMIC;
     co.client.heartbeat_interval = absl::Milliseconds(200);
+    co.client.max_buffered_bytes = kDemoClientBufferBytes;
     co.step_time = step;
     co.record_field = "index";
     auto c = SteppedConsumer::Start(co);

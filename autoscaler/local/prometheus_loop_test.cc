@@ -129,6 +129,7 @@ std::unique_ptr<SteppedConsumer> StartConsumer(const local::LocalDataService& se
   co.client.job_name = "train";
   co.client.sharding = service::SHARDING_DYNAMIC;
   co.client.heartbeat_interval = absl::Milliseconds(200);
+  co.client.max_buffered_bytes = kDemoClientBufferBytes;
   co.step_time = step;
   auto c = SteppedConsumer::Start(co);
   REQUIRE(c.ok());

@@ -137,6 +137,7 @@ int RunLiveAutoscaleBenchmark(const LiveAutoscaleOptions& o, std::ostream& out, 
   co.client.job_name = "bench-live";
   co.client.sharding = service::SHARDING_DYNAMIC;
   co.client.heartbeat_interval = absl::Milliseconds(200);
+  co.client.max_buffered_bytes = autoscaler::kDemoClientBufferBytes;
   co.step_time = absl::Milliseconds(o.low_step_ms);
   auto consumer = SteppedConsumer::Start(co);
   if (!consumer.ok()) return fail("the consumer", consumer.status());

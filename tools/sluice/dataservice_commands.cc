@@ -574,6 +574,7 @@ int RunUpAutoscaled(const UpOptions& options, std::ostream& out, std::ostream& e
   co.client.job_name = kJobName;
   co.client.sharding = *sharding;
   co.client.heartbeat_interval = absl::Milliseconds(200);
+  co.client.max_buffered_bytes = autoscaler::kDemoClientBufferBytes;
   co.step_time = absl::Milliseconds(high_step_ms);
   auto consumer = autoscaler::SteppedConsumer::Start(co);
   if (!consumer.ok()) {
