@@ -451,15 +451,16 @@ std::string LiveLine(const autoscaler::LocalDecision& d, double t, double throug
       absl::StrAppend(&line, absl::StrFormat(" (wants %.0f elem/s, %.0f per worker: %.2f workers)", *a.true_demand,
                                              *a.capacity_per_worker, *a.needed_exact));
     }
-    if (!d.removed.empty()) {
-      absl::StrAppend(&line, "; drained and stopped ", absl::StrJoin(d.removed, ", "), ", ", d.elements_lost,
-                      " elements lost");
-    }
   } else {
     absl::StrAppend(&line, absl::StrJoin(reasons, ", "));
     if (x.holding || !d.source_errors.empty()) {
       absl::StrAppend(&line, ": ", x.reasons.empty() ? "" : x.reasons.front().message);
     }
+  }
+  // Removals (also those of an earlier decision whose drain finished only now).
+  if (!d.removed.empty()) {
+    absl::StrAppend(&line, "; drained and stopped ", absl::StrJoin(d.removed, ", "), ", ", d.elements_lost,
+                    " elements lost");
   }
   if (!d.action_error.empty()) absl::StrAppend(&line, " [", d.action_error, "]");
   return line;
