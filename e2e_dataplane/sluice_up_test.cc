@@ -1,7 +1,8 @@
-// `sluice up` and `sluice dispatcher-state`, run as the real `sluice` binary: a full local run, a
-// served run that another consumer reads from, Ctrl-C mid-read and while serving, bad input; the
-// report formatting is unit-tested too. Every check that the children are gone uses the pids the
-// command prints.
+// `sluice up` and `sluice dispatcher-state`, run as the real `sluice` binary: the autoscaled demo
+// (one worker, workers added until the stall is under target, removed after the demand drop,
+// nothing lost), a static local run (--no-autoscale), a served run that another consumer reads
+// from, Ctrl-C mid-read and while serving, bad input; the report formatting is unit-tested too.
+// Every check that the children are gone uses the pids the command prints.
 #include <errno.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -70,9 +71,56 @@ std::string WriteRangeSpec(const sluice::testing::TempDir& tmp, int64_t n) {
   return path;
 }
 
+// The number in "<label> N" of a summary line.
+int64_t Figure(const std::string& output, const std::string& pattern) {
+  std::smatch m;
+  const std::regex re(pattern);
+  if (!std::regex_search(output, m, re)) return -1;
+  return std::stoll(m[1].str());
+}
+
+TEST_CASE("sluice up (autoscaled) adds workers until the stall is under target, removes them after the drop") {
+  sluice::testing::TempDir tmp;
+  // The defaults of the demo, with each phase allowed long enough for a loaded machine: the phases
+  // end on the autoscaler's conditions (stall under target; no scale-down pending), not on time.
+  auto up = Sluice({"up", "--phase-limit", "240", "--log-dir", tmp.File("logs")});
+  CHECK(ExitCode(*up, absl::Minutes(9)) == 0);
+  const std::string output = up->Output();
+  INFO(output);
+  REQUIRE(absl::StrContains(output, "== demand up"));
+  REQUIRE(absl::StrContains(output, "== demand drop"));
+  REQUIRE(absl::StrContains(output, "== summary"));
+  // Workers were added (a "+ 1 -> N workers: ScaledUp" line), then removed after the drop.
+  const size_t drop = output.find("== demand drop");
+  const size_t up_line = output.find("+ 1 -> ");
+  REQUIRE(up_line != std::string::npos);
+  CHECK(up_line < drop);
+  CHECK(absl::StrContains(output, "ScaledUp"));
+  const size_t down_line = output.find("ScaledDown", drop);
+  CHECK(down_line != std::string::npos);
+  CHECK(absl::StrContains(output.substr(drop), "drained and stopped worker-"));
+  CHECK(Figure(output, "([0-9]+) scale-ups") >= 1);
+  CHECK(Figure(output, "([0-9]+) scale-downs") >= 1);
+  CHECK(Figure(output, "workers: started with 1, peak ([0-9]+)") >= 2);
+  CHECK(Figure(output, "elements lost on scale-down: ([0-9]+)") == 0);
+  CHECK(Figure(output, "scale-downs on missing data: ([0-9]+)") == 0);
+  // Every decision has its logfmt line, with its reason.
+  const std::string log = sluice::testing::ReadFile(tmp.File("logs/autoscaler.log"));
+  CHECK(absl::StrContains(log, "msg=decision"));
+  CHECK(absl::StrContains(log, "reason=ScaledUp"));
+  CHECK(absl::StrContains(log, "reason=ScaledDown"));
+  // Every process it started (the dispatcher and each worker, printed as they started) is gone.
+  const std::vector<pid_t> pids = ChildPids(output);
+  CHECK(pids.size() >= 3);
+  for (pid_t pid : pids) {
+    INFO("pid " << pid);
+    CHECK((::kill(pid, 0) == -1 && errno == ESRCH));
+  }
+}
+
 TEST_CASE("sluice up runs a dispatcher and workers, reads the pipeline through them and reports") {
   sluice::testing::TempDir tmp;
-  auto up = Sluice({"up", "--workers", "2", "--pipeline", WriteRangeSpec(tmp, 3000), "--quiet", "--log-dir",
+  auto up = Sluice({"up", "--no-autoscale", "--workers", "2", "--pipeline", WriteRangeSpec(tmp, 3000), "--quiet", "--log-dir",
                     tmp.File("logs")});
   CHECK(ExitCode(*up) == 0);
   const std::string output = up->Output();
@@ -91,7 +139,7 @@ TEST_CASE("sluice up runs a dispatcher and workers, reads the pipeline through t
 
 TEST_CASE("sluice up --keep-running serves other consumers until Ctrl-C") {
   sluice::testing::TempDir tmp;
-  auto up = Sluice({"up", "--workers", "2", "--take", "0", "--keep-running", "--pipeline", WriteRangeSpec(tmp, 10),
+  auto up = Sluice({"up", "--no-autoscale", "--workers", "2", "--take", "0", "--keep-running", "--pipeline", WriteRangeSpec(tmp, 10),
                     "--log-dir", tmp.File("logs")});
   auto serving = up->WaitForLine("serving", absl::Seconds(60));
   INFO(up->Output());
@@ -121,7 +169,7 @@ TEST_CASE("sluice up --keep-running serves other consumers until Ctrl-C") {
 TEST_CASE("sluice up: Ctrl-C while reading stops and tears everything down") {
   sluice::testing::TempDir tmp;
   // Slow steps keep the consumer reading for much longer than the test takes.
-  auto up = Sluice({"up", "--workers", "1", "--pipeline", WriteRangeSpec(tmp, 1000000), "--step-ms", "5",
+  auto up = Sluice({"up", "--no-autoscale", "--workers", "1", "--pipeline", WriteRangeSpec(tmp, 1000000), "--step-ms", "5",
                     "--log-dir", tmp.File("logs")});
   REQUIRE(up->WaitForLine("reading", absl::Seconds(60)).ok());
   up->Signal(SIGINT);
@@ -136,7 +184,7 @@ TEST_CASE("sluice up reads the default example pipeline (Fashion-MNIST)") {
     WARN("Debian's dataset-fashion-mnist is not installed: skipped");
     return;
   }
-  auto up = Sluice({"up", "--take", "5", "--quiet"}, sluice::testing::SourceDir());
+  auto up = Sluice({"up", "--no-autoscale", "--take", "5", "--quiet"}, sluice::testing::SourceDir());
   CHECK(ExitCode(*up) == 0);
   INFO(up->Output());
   CHECK(absl::StrContains(up->Output(), "examples/pipelines/fashion_mnist.yaml"));
@@ -156,9 +204,39 @@ TEST_CASE("sluice up and dispatcher-state reject bad input with clear errors") {
   auto workers = Sluice({"up", "--workers", "0"});
   CHECK(ExitCode(*workers) != 0);
   CHECK(absl::StrContains(workers->Output(), "--workers"));
+  auto stall = Sluice({"up", "--target-stall", "1.5", "--log-dir", tmp.File("logs2")});
+  CHECK(ExitCode(*stall) == 1);
+  CHECK(absl::StrContains(stall->Output(), "--target-stall"));
+  CHECK(ChildPids(stall->Output()).empty());
+  auto max = Sluice({"up", "--workers", "3", "--max-workers", "2", "--log-dir", tmp.File("logs3")});
+  CHECK(ExitCode(*max) == 1);
+  CHECK(absl::StrContains(max->Output(), "--max-workers"));
   auto unreachable = Sluice({"dispatcher-state", "127.0.0.1:1"});
   CHECK(ExitCode(*unreachable) == 1);
   CHECK(absl::StrContains(unreachable->Output(), "GetState from 127.0.0.1:1 failed"));
+}
+
+TEST_CASE("FormatAutoscaledUpReport") {
+  cli::AutoscaledUpReport r;
+  r.elements = 1000;
+  r.seconds = 10;
+  r.decisions = 20;
+  r.scale_ups = 1;
+  r.scale_downs = 2;
+  r.peak_workers = 4;
+  r.final_workers = 1;
+  r.worker_seconds = 35.5;
+  r.high_stall = 0.02;
+  r.decisions_to_no_stall = 2;
+  const std::string text = cli::FormatAutoscaledUpReport(r, 0.1);
+  CHECK(absl::StrContains(text, "read 1000 elements in 10.0 s: 100.0 elements/s\n"));
+  CHECK(absl::StrContains(text, "decisions 20: 1 scale-ups, 2 scale-downs, 0 held on missing data"));
+  CHECK(absl::StrContains(text, "workers: started with 1, peak 4, now 1; 35.5 worker-seconds"));
+  CHECK(absl::StrContains(text, "stall (target 0.100): 0.020 at the peak's end, unknown after the drop"));
+  CHECK(absl::StrContains(text, "decisions from the stall's onset to a stall under target: 2"));
+  CHECK(absl::StrContains(text, "elements lost on scale-down: 0"));
+  r.decisions_to_no_stall = -1;
+  CHECK(absl::StrContains(cli::FormatAutoscaledUpReport(r, 0.1), "not reached"));
 }
 
 TEST_CASE("FormatUpReport and FormatDispatcherState") {

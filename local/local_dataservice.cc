@@ -452,6 +452,11 @@ absl::Duration LocalDataService::QuietPeriod() const {
 }
 
 absl::Status LocalDataService::DrainAndStopWorkers(const std::vector<std::string>& names, absl::Duration timeout) {
+  return DrainAndStopWorkers(names, timeout, nullptr);
+}
+
+absl::Status LocalDataService::DrainAndStopWorkers(const std::vector<std::string>& names, absl::Duration timeout,
+                                                   std::vector<StoppedWorker>* stopped) {
   struct Target {
     int index = 0;
     std::string name, address;
@@ -540,6 +545,10 @@ absl::Status LocalDataService::DrainAndStopWorkers(const std::vector<std::string
           continue;
         }
         SLUICE_LOG(Info, "worker drained, stopping it").With("worker", t.name).With("why", verdict.reason);
+        if (stopped != nullptr) {
+          stopped->push_back({t.name, t.loads.empty() ? std::nullopt : std::optional<WorkerLoad>(t.loads.back()),
+                              verdict.reason});
+        }
         if (std::optional<std::string> problem = Terminate(*t.run, options_.stop_timeout)) problems.push_back(*problem);
         t.done = true;
       }

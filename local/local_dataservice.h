@@ -46,6 +46,7 @@
 #include "dataservice.pb.h"
 #include "local/child_process.h"
 #include "local/cpu_quota.h"
+#include "local/worker_drain.h"
 
 namespace sluice::local {
 
@@ -166,6 +167,16 @@ class LocalDataService {
   // those are left running and draining (call again to keep waiting, or StopWorker to force);
   // Unavailable when the dispatcher cannot be reached.
   absl::Status DrainAndStopWorkers(const std::vector<std::string>& names, absl::Duration timeout);
+  // As above, and reports for each worker that was stopped its last scrape before the SIGTERM (the
+  // elements it still held then would be lost: an autoscaler counts them) and why it was judged
+  // drained. `stopped` may be null.
+  struct StoppedWorker {
+    std::string name;
+    std::optional<WorkerLoad> last_load;  // none: no admin server, or no scrape answered
+    std::string drained_because;
+  };
+  absl::Status DrainAndStopWorkers(const std::vector<std::string>& names, absl::Duration timeout,
+                                   std::vector<StoppedWorker>* stopped);
   // SIGTERM to a worker (no drain through the dispatcher: the worker's own shutdown serves what it
   // buffered, then deregisters), then waits for its exit (SIGKILL after options.stop_timeout: an error).
   absl::Status StopWorker(int index);

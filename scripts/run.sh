@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Sluice's main job on its embedded local default, from a fresh Debian machine: installs
-# dependencies, builds the tool and the daemons, and runs `sluice up` — a dispatcher and two
-# workers on this machine serving the example Fashion-MNIST training-input pipeline to a consumer,
-# with a progress line, throughput, the consumer's stall ratio and what each worker produced.
-# Usage: scripts/run.sh [sluice up flags...]   e.g. --workers 4 --pipeline my.yaml --step-ms 20
+# dependencies, builds the tool and the daemons, and runs `sluice up` — the autoscaled data service
+# on this machine: a dispatcher, one worker, the local autoscaler and a stand-in trainer whose
+# demand rises (workers are added until its stall is under target) then falls (they are drained
+# and removed), with a live line per decision and its reason, then a summary.
+# Usage: scripts/run.sh [sluice up flags...]   e.g. --step-ms 3 --max-workers 8
+#        scripts/run.sh --no-autoscale --workers 4 --pipeline my.yaml --step-ms 20   (fixed workers)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh

@@ -13,7 +13,19 @@ namespace sluice::bench {
 
 void AddAutoscaleBenchFlags(CLI::App* app, AutoscaleBenchOptions& o) {
   app->add_flag("--live", o.live,
-                "the closed loop with real processes instead of the simulator (reserved: not built yet)");
+                "the closed loop with real processes (dispatcher, workers under CPU quotas, the local autoscaler, a "
+                "consumer) instead of the simulator");
+  LiveAutoscaleOptions& l = o.live_options;
+  app->add_flag("--smoke", l.smoke, "--live: a short schedule, no static runs (for tests)");
+  app->add_option("--cpus-per-worker", l.cpus_per_worker, "--live: each worker's CPU quota (default 0.25)");
+  app->add_option("--live-period", l.period_s, "--live: seconds between decisions (default 1)");
+  app->add_option("--live-window", l.window_s, "--live: seconds of the rate window (default 8)");
+  app->add_option("--scale-down-window", l.scale_down_window_s, "--live: scale-down stabilization, s (default 8)");
+  app->add_option("--target-stall", l.target_stall, "--live: the stall ratio target (default 0.1)");
+  app->add_option("--low-step-ms", l.low_step_ms, "--live: compute per element at low demand, ms (default 40)");
+  app->add_option("--high-step-ms", l.high_step_ms, "--live: compute per element at the peak, ms (default 4)");
+  app->add_option("--image-size", l.image_size, "--live: the workload's image side (CPU per element; default 768)");
+  app->add_option("--max-workers", l.max_workers, "--live: most workers (default 6)");
   app->add_option("--scenario", o.scenarios, "run only these scenarios (repeatable; default: all)");
   app->add_option("--policy", o.policies, "run only these policies (repeatable; default: all)");
   app->add_option("--series-dir", o.series_dir, "write each scenario's time series (<scenario>.json) here, for plots");
@@ -46,9 +58,16 @@ bool WriteFile(const std::string& path, const std::string& text, std::ostream& e
 
 int RunAutoscaleBenchmark(const AutoscaleBenchOptions& o, std::ostream& out, std::ostream& err) {
   if (o.live) {
-    err << "sluice bench autoscale --live: the closed loop with real processes (dispatcher, workers under CPU "
-           "quotas, sluice-autoscaler, a consumer) is not built yet (issue 11); run without --live for the "
-           "simulator\n";
+#ifdef SLUICE_HAVE_LIVE_AUTOSCALE
+    return RunLiveAutoscaleBenchmark(o.live_options, out, err);
+#else
+    err << "sluice bench autoscale --live: this build has no local autoscaler (autoscaler/local needs the "
+           "local supervisor and the client)\n";
+    return 2;
+#endif
+  }
+  if (o.live_options.smoke) {
+    err << "sluice bench autoscale: --smoke applies to --live only\n";
     return 2;
   }
   if (o.rate_window_s < 2 || o.decision_period_s < 1 || o.decision_period_s > 600) {

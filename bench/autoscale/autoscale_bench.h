@@ -3,9 +3,9 @@
 // docs/autoscaling.md, "The simulator"). Optionally writes each scenario's time series for the plots
 // (scripts/autoscale_plots.sh draws them) and the Markdown results table.
 //
-// `--live` is reserved for the closed loop with real processes (a dispatcher, workers under CPU
-// quotas, the autoscaler and a consumer on this machine), which is not built yet: it fails with a
-// message saying so. Without flags the command runs the simulator.
+// `--live` runs the closed loop with real processes instead (a dispatcher, workers under CPU
+// quotas, the local autoscaler and a consumer on this machine: live_bench.h), `--live --smoke` a
+// short version of it. Without --live the command runs the simulator.
 //
 // Single-threaded; deterministic (the scenarios are seeded).
 #ifndef SLUICE_BENCH_AUTOSCALE_AUTOSCALE_BENCH_H_
@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/autoscale/live_bench.h"
+
 namespace CLI {
 class App;
 }
@@ -22,7 +24,8 @@ class App;
 namespace sluice::bench {
 
 struct AutoscaleBenchOptions {
-  bool live = false;                   // reserved: the real-process closed loop
+  bool live = false;                   // the real-process closed loop (live_bench.h)
+  LiveAutoscaleOptions live_options;
   std::vector<std::string> scenarios;  // empty: all
   std::vector<std::string> policies;   // empty: all
   std::string series_dir;              // "": no time series files
@@ -35,7 +38,9 @@ struct AutoscaleBenchOptions {
 };
 
 // Registers --live, --scenario, --policy, --series-dir, --markdown, --rate-window, --period,
-// --remote-start, --local-slots, --quiet.
+// --remote-start, --local-slots, --quiet, and the live run's --smoke, --cpus-per-worker,
+// --live-period, --live-window, --scale-down-window, --target-stall, --low-step-ms, --high-step-ms,
+// --image-size, --max-workers.
 void AddAutoscaleBenchFlags(CLI::App* app, AutoscaleBenchOptions& options);
 
 // Runs the benchmark: progress to `err`, the JSON line to `out`; returns the exit code (0; 2 on bad

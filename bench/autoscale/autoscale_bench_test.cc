@@ -1,4 +1,4 @@
-// `sluice bench autoscale`: flags, the reserved --live mode, bad options and outputs, and a small run
+// `sluice bench autoscale`: flags, the --live mode's bad options, bad options and outputs, and a small run
 // whose last line is the JSON object with the summary fields.
 #include "bench/autoscale/autoscale_bench.h"
 
@@ -28,11 +28,32 @@ int Run(std::vector<std::string> args, std::string* out, std::string* err) {
   return rc;
 }
 
-TEST_CASE("autoscale bench: --live is reserved and says so") {
+TEST_CASE("autoscale bench: --live refuses bad options before starting anything, --smoke needs --live") {
   std::string out, err;
-  CHECK(Run({"--live"}, &out, &err) == 2);
+  CHECK(Run({"--live", "--cpus-per-worker", "0"}, &out, &err) == 2);
   CHECK(out.empty());
-  CHECK(err.find("not built yet") != std::string::npos);
+  CHECK(err.find("--cpus-per-worker") != std::string::npos);
+  CHECK(Run({"--live", "--low-step-ms", "2", "--high-step-ms", "4"}, &out, &err) == 2);
+  CHECK(err.find("--low-step-ms") != std::string::npos);
+  CHECK(Run({"--live", "--live-period", "0.01"}, &out, &err) == 2);
+  CHECK(err.find("--live-period") != std::string::npos);
+  CHECK(Run({"--live", "--max-workers", "1"}, &out, &err) == 2);
+  CHECK(err.find("--max-workers") != std::string::npos);
+  CHECK(Run({"--smoke"}, &out, &err) == 2);
+  CHECK(err.find("--live") != std::string::npos);
+}
+
+TEST_CASE("autoscale bench: DecisionsToNoStall counts from the stall's onset until it is under target") {
+  std::vector<LivePeriod> ps = {{1, "low", 1, 0.0, 0, ""},   {2, "high", 1, 0.0, 0, ""},   // buffers hide the step
+                                {3, "high", 1, 0.6, 0, ""},  {4, "high", 3, -1, 0, ""},    // onset; no steps
+                                {5, "high", 3, 0.05, 0, ""}, {6, "high", 3, 0.0, 0, ""}};
+  CHECK(DecisionsToNoStall(ps, "high", 0.1) == 2);
+  CHECK(DecisionsToNoStall(ps, "high", 0.01) == 3);
+  CHECK(DecisionsToNoStall(ps, "low", 0.1) == 0);      // never stalled
+  CHECK(DecisionsToNoStall(ps, "high", 0.7) == 0);
+  CHECK(DecisionsToNoStall(ps, "outage", 0.1) == -1);  // no such phase
+  std::vector<LivePeriod> stuck = {{1, "high", 1, 0.5, 0, ""}, {2, "high", 1, 0.5, 0, ""}};
+  CHECK(DecisionsToNoStall(stuck, "high", 0.1) == -1);
 }
 
 TEST_CASE("autoscale bench: bad names and unwritable outputs fail with the cause") {

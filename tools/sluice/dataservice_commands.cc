@@ -7,10 +7,12 @@
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "absl/strings/ascii.h"
@@ -18,7 +20,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "autoscaler/local/demo_workload.h"
+#include "autoscaler/local/local_autoscaler.h"
+#include "autoscaler/local/stepped_consumer.h"
 #include "common/log.h"
 #include "dataplane/client/data_service_client.h"
 #include "dataplane/pipeline/spec_parser.h"
@@ -218,12 +224,15 @@ int RunDispatcherState(const std::string& address, bool json, const rpc::TlsOpti
   return 0;
 }
 
-int RunUp(const UpOptions& options, std::ostream& out, std::ostream& err) {
+namespace {
+
+int RunUpStatic(const UpOptions& options, std::ostream& out, std::ostream& err) {
   auto fail = [&](const std::string& message) {
     err << "sluice up: " << message << "\n";
     return 1;
   };
-  if (options.workers < 1) return fail("--workers must be at least 1");
+  const int workers = options.workers == 0 ? 2 : options.workers;
+  if (workers < 1) return fail("--workers must be at least 1");
   auto sharding = ParseSharding(options.sharding);
   if (!sharding.ok()) return fail(std::string(sharding.status().message()));
   const std::string bin_dir = options.bin_dir.empty() ? local::ExecutableDir() : options.bin_dir;
@@ -267,7 +276,7 @@ int RunUp(const UpOptions& options, std::ostream& out, std::ostream& err) {
   }
   out << "dispatcher  " << service.dispatcher_address() << "  (metrics http://127.0.0.1:"
       << service.dispatcher().metrics_port << "/metrics, pid " << service.dispatcher().process->pid() << ")\n";
-  for (int i = 0; i < options.workers && signals.signal() == 0; ++i) {
+  for (int i = 0; i < workers && signals.signal() == 0; ++i) {
     auto added = service.AddWorker();
     if (!added.ok()) {
       rc = fail(absl::StrCat("worker ", i, " did not start (logs in ", log_dir, "): ", added.status().message()));
@@ -278,7 +287,7 @@ int RunUp(const UpOptions& options, std::ostream& out, std::ostream& err) {
         << w.process->pid() << ")\n";
   }
   if (signals.signal() == 0) {
-    if (absl::Status s = service.WaitForWorkers(options.workers, absl::Seconds(60)); !s.ok()) {
+    if (absl::Status s = service.WaitForWorkers(workers, absl::Seconds(60)); !s.ok()) {
       rc = fail(absl::StrCat(s.message(), " (logs in ", log_dir, ")"));
       return stop();
     }
@@ -342,7 +351,7 @@ int RunUp(const UpOptions& options, std::ostream& out, std::ostream& err) {
       }
       ++report.elements;
       last_element = absl::Now();
-      if (options.step_ms > 0) {  // a stand-in training step
+      if (options.step_ms > 0) {  // a stand-in training step (-1: none)
         client::StepScope step(*consumer);
         absl::SleepFor(absl::Milliseconds(options.step_ms));
       }
@@ -396,26 +405,361 @@ int RunUp(const UpOptions& options, std::ostream& out, std::ostream& err) {
   return rc;
 }
 
+}  // namespace
+
+std::string FormatAutoscaledUpReport(const AutoscaledUpReport& r, double target_stall) {
+  std::string out;
+  const double secs = std::max(r.seconds, 1e-9);
+  absl::StrAppend(&out, absl::StrFormat("read %d elements in %.1f s: %.1f elements/s%s\n", r.elements, r.seconds,
+                                        static_cast<double>(r.elements) / secs, r.interrupted ? " (interrupted)" : ""));
+  absl::StrAppend(&out, absl::StrFormat("decisions %d: %d scale-ups, %d scale-downs, %d held on missing data\n",
+                                        r.decisions, r.scale_ups, r.scale_downs, r.holds_on_missing_data));
+  absl::StrAppend(&out, absl::StrFormat("workers: started with 1, peak %d, now %d; %.1f worker-seconds\n",
+                                        r.peak_workers, r.final_workers, r.worker_seconds));
+  auto stall = [](double v) { return v < 0 ? std::string("unknown") : absl::StrFormat("%.3f", v); };
+  absl::StrAppend(&out, absl::StrFormat("stall (target %.3f): %s at the peak's end, %s after the drop\n", target_stall,
+                                        stall(r.high_stall), stall(r.low_stall)));
+  if (r.decisions_to_no_stall >= 0) {
+    absl::StrAppend(&out, absl::StrFormat("decisions from the stall's onset to a stall under target: %d\n",
+                                          r.decisions_to_no_stall));
+  } else {
+    absl::StrAppend(&out, "decisions from the stall's onset to a stall under target: not reached\n");
+  }
+  absl::StrAppend(&out, absl::StrFormat("scale-downs on missing data: %d\n", r.scale_downs_on_missing_data));
+  absl::StrAppend(&out, absl::StrFormat("elements lost on scale-down: %d\n", r.elements_lost));
+  return out;
+}
+
+namespace {
+
+// One line of the live view for a decision, with the consumer's throughput and stall over the period.
+std::string LiveLine(const autoscaler::LocalDecision& d, double t, double throughput, double stall) {
+  const autoscaler::Decision& x = d.decision;
+  std::string line = absl::StrFormat("%6.1fs  workers %d  %7.1f elem/s  stall %5.3f  ", t, d.workers_after, throughput,
+                                     stall);
+  std::vector<std::string> reasons;
+  for (const auto& n : x.reasons) reasons.push_back(autoscaler::ReasonName(n.reason));
+  if (x.direction == autoscaler::Direction::kUp || x.direction == autoscaler::Direction::kDown) {
+    absl::StrAppend(&line, x.direction == autoscaler::Direction::kUp ? "+ " : "- ", d.workers_before, " -> ",
+                    d.workers_after, " workers: ");
+    for (size_t i = 0; i < x.reasons.size(); ++i) {
+      absl::StrAppend(&line, i == 0 ? "" : "; ", autoscaler::ReasonName(x.reasons[i].reason), ": ",
+                      x.reasons[i].message);
+    }
+    const autoscaler::Arithmetic& a = x.arithmetic;
+    if (a.needed_exact && a.capacity_per_worker && a.true_demand) {
+      absl::StrAppend(&line, absl::StrFormat(" (wants %.0f elem/s, %.0f per worker: %.2f workers)", *a.true_demand,
+                                             *a.capacity_per_worker, *a.needed_exact));
+    }
+  } else {
+    absl::StrAppend(&line, absl::StrJoin(reasons, ", "));
+    if (x.holding || !d.source_errors.empty()) {
+      absl::StrAppend(&line, ": ", x.reasons.empty() ? "" : x.reasons.front().message);
+    }
+  }
+  // Removals (also those of an earlier decision whose drain finished only now).
+  if (!d.removed.empty()) {
+    absl::StrAppend(&line, "; drained and stopped ", absl::StrJoin(d.removed, ", "), ", ", d.elements_lost,
+                    " elements lost");
+  }
+  if (!d.action_error.empty()) absl::StrAppend(&line, " [", d.action_error, "]");
+  return line;
+}
+
+int RunUpAutoscaled(const UpOptions& options, std::ostream& out, std::ostream& err) {
+  auto fail = [&](const std::string& message) {
+    err << "sluice up: " << message << "\n";
+    return 1;
+  };
+  const int initial = options.workers == 0 ? 1 : options.workers;
+  if (initial < 1) return fail("--workers must be at least 1");
+  if (options.max_workers < initial) return fail("--max-workers must be at least --workers");
+  if (options.cpus_per_worker < 0 || options.cpus_per_worker > 64) return fail("--cpus-per-worker must be in [0, 64]");
+  if (options.target_stall <= 0 || options.target_stall >= 1) return fail("--target-stall must be in (0, 1)");
+  if (options.period_seconds < 0.2 || options.window_seconds < 2 * options.period_seconds) {
+    return fail("--period must be at least 0.2 s and --window at least two periods");
+  }
+  auto sharding = ParseSharding(options.sharding);
+  if (!sharding.ok()) return fail(std::string(sharding.status().message()));
+  const std::string bin_dir = options.bin_dir.empty() ? local::ExecutableDir() : options.bin_dir;
+  for (const char* binary : {"sluice-dispatcher", "sluice-worker"}) {
+    const std::string path = absl::StrCat(bin_dir, "/", binary);
+    if (!IsExecutable(path)) {
+      return fail(absl::StrCat(path, " is missing: build it (ninja ", binary, ") next to the sluice binary"));
+    }
+  }
+  autoscaler::DemoWorkload workload;
+  workload.image_size = options.image_size;
+  absl::StatusOr<pipeline::PipelineDef> def =
+      options.pipeline.empty() ? autoscaler::DemoPipeline(workload) : pipeline::ParsePipelineSpecFile(options.pipeline);
+  if (!def.ok()) return fail(std::string(def.status().message()));
+  const std::string log_dir = options.log_dir.empty() ? MakeLogDir() : options.log_dir;
+  std::error_code ec;
+  if (log_dir.empty() || (!fs::is_directory(log_dir, ec) && !fs::create_directories(log_dir, ec))) {
+    return fail(absl::StrCat("cannot create the log directory '", log_dir, "'"));
+  }
+  const double high_step_ms = options.step_ms < 0 ? 4 : options.step_ms;
+
+  log::SetComponent("sluice-up");
+  log::SetMinLevel(log::Level::kWarning);
+  SignalWatcher signals;
+  local::LocalDataServiceOptions service_options;
+  service_options.bin_dir = bin_dir;
+  service_options.log_dir = log_dir;
+  service_options.dataservice = "local";
+  service_options.worker_flags = autoscaler::DemoWorkerFlags();
+  service_options.worker_flags.push_back("--placement=local");
+  service_options.stop_timeout = absl::Seconds(autoscaler::kDemoWorkerStopSeconds);
+  service_options.heartbeat_interval_ms = 200;
+  service_options.worker_cpus = options.cpus_per_worker;
+  service_options.cpu_quota_group = absl::StrCat("sluice-up-", ::getpid());
+  local::LocalDataService service(service_options);
+  int rc = 0;
+  auto stop = [&]() {
+    if (absl::Status s = service.StopGracefully(absl::Seconds(5)); !s.ok()) {
+      err << "sluice up: shutdown: " << s.message() << " (logs in " << log_dir << ")\n";
+      if (rc == 0) rc = 1;
+    }
+    return rc;
+  };
+  if (absl::Status s = service.StartDispatcher(); !s.ok()) {
+    rc = fail(absl::StrCat("the dispatcher did not start (logs in ", log_dir, "): ", s.message()));
+    return stop();
+  }
+  out << "dispatcher  " << service.dispatcher_address() << "  (metrics http://127.0.0.1:"
+      << service.dispatcher().metrics_port << "/metrics, pid " << service.dispatcher().process->pid() << ")\n";
+  std::set<std::string> shown;
+  auto show_new_workers = [&]() {
+    for (const local::WorkerStatus& w : service.ListWorkers()) {
+      if (shown.insert(w.name).second) {
+        out << "worker      " << w.name << " " << w.address << "  (metrics http://127.0.0.1:" << w.metrics_port
+            << "/metrics, pid " << w.pid << ")\n";
+      }
+    }
+  };
+  if (auto added = service.AddWorkers(initial); !added.ok()) {
+    rc = fail(absl::StrCat("the first worker did not start (logs in ", log_dir, "): ", added.status().message()));
+    return stop();
+  }
+  show_new_workers();
+  if (absl::Status s = service.WaitForWorkers(initial, absl::Seconds(60)); !s.ok()) {
+    rc = fail(absl::StrCat(s.message(), " (logs in ", log_dir, ")"));
+    return stop();
+  }
+  if (const local::CpuQuota* quota = service.cpu_quota()) {
+    out << "cpu quota   " << quota->Describe() << "\n";
+    for (const std::string& note : quota->notes()) out << "            (" << note << ")\n";
+  }
+  std::ofstream decision_log(absl::StrCat(log_dir, "/autoscaler.log"), std::ios::app);
+  absl::Mutex log_mu;
+
+  autoscaler::LocalAutoscalerOptions ao;
+  ao.period = absl::Seconds(options.period_seconds);
+  ao.window = absl::Seconds(options.window_seconds);
+  ao.recent_window = std::max(absl::Seconds(3), 3 * ao.period);
+  ao.prometheus_url = options.prometheus_url;
+  ao.prometheus.namespace_label = "";
+  ao.policy.target_stall_ratio = options.target_stall;
+  ao.policy.min_replicas = 1;
+  ao.policy.max_replicas = options.max_workers;
+  ao.policy.scale_down.stabilization_window = absl::Seconds(options.scale_down_window_seconds);
+  ao.policy.settle_time = ao.period;
+  ao.policy.max_signal_age = 5 * ao.period;
+  ao.log_sink = [&](const std::string& line) {
+    absl::MutexLock lock(&log_mu);
+    decision_log << line << "\n" << std::flush;
+  };
+  autoscaler::SteppedConsumerOptions co;
+  co.client.dispatcher_address = service.dispatcher_address();
+  co.client.pipeline = *def;
+  co.client.job_name = kJobName;
+  co.client.sharding = *sharding;
+  co.client.heartbeat_interval = absl::Milliseconds(200);
+  co.client.max_buffered_bytes = autoscaler::kDemoClientBufferBytes;
+  co.step_time = absl::Milliseconds(high_step_ms);
+  auto consumer = autoscaler::SteppedConsumer::Start(co);
+  if (!consumer.ok()) {
+    rc = fail(absl::StrCat("the consumer could not start: ", consumer.status().message()));
+    return stop();
+  }
+  signals.SetCallback([c = consumer->get()] { c->Stop(); });
+  out << "logs        " << log_dir << "  (decisions: " << log_dir << "/autoscaler.log)\n";
+  out << "reading     " << (options.pipeline.empty() ? std::string("the demo workload (synthetic images, resized)")
+                                                    : options.pipeline)
+      << ", job '" << kJobName << "'; the autoscaler decides every " << options.period_seconds
+      << " s (target stall " << options.target_stall << ", " << options.window_seconds << " s window, "
+      << (options.prometheus_url.empty() ? std::string("direct scrape") : "Prometheus " + options.prometheus_url)
+      << ")\n";
+  out << absl::StrFormat("== demand up: %.1f ms of compute per element (%.0f elements/s wanted), from %d worker%s\n",
+                         high_step_ms, high_step_ms > 0 ? 1000 / high_step_ms : 0.0, initial, initial == 1 ? "" : "s")
+      << std::flush;
+
+  autoscaler::LocalAutoscaler scaler(&service, ao);
+  scaler.Start();
+  AutoscaledUpReport report;
+  const absl::Time start = absl::Now();
+  int64_t shown_decisions = 0;
+  client::ClientStats prev_stats = (*consumer)->stats();
+  absl::Time prev_at = start;
+  enum class Phase { kHigh, kLow, kDone } phase = Phase::kHigh;
+  absl::Time phase_start = start;
+  int64_t phase_first_decision = 1;
+  int good_in_a_row = 0;  // decisions with the stall under target (high phase) / settled (low phase)
+  int64_t stall_onset = -1;
+  std::vector<double> phase_stalls;
+  while (phase != Phase::kDone) {
+    if (signals.Wait(absl::Milliseconds(100))) break;
+    if ((*consumer)->finished() || !(*consumer)->status().ok()) break;
+    if (options.seconds > 0 && absl::Now() - start >= absl::Seconds(options.seconds)) break;
+    std::vector<autoscaler::LocalDecision> ds = scaler.decisions();
+    for (const autoscaler::LocalDecision& d : ds) {
+      if (d.number <= shown_decisions) continue;
+      shown_decisions = d.number;
+      const client::ClientStats now_stats = (*consumer)->stats();
+      const absl::Time now = absl::Now();
+      const double dt = std::max(absl::ToDoubleSeconds(now - prev_at), 1e-3);
+      const double throughput = static_cast<double>(now_stats.elements_total - prev_stats.elements_total) / dt;
+      const double step = now_stats.step_seconds_total - prev_stats.step_seconds_total;
+      const double stall = step > 0 ? (now_stats.wait_seconds_total - prev_stats.wait_seconds_total) / step : 0;
+      prev_stats = now_stats;
+      prev_at = now;
+      show_new_workers();
+      out << LiveLine(d, absl::ToDoubleSeconds(now - start), throughput, stall) << "\n" << std::flush;
+      report.peak_workers = std::max(report.peak_workers, d.workers_after);
+      const bool under = stall <= options.target_stall;
+      if (d.number < phase_first_decision) continue;
+      phase_stalls.push_back(stall);
+      if (phase == Phase::kHigh) {
+        // From the stall's onset (the first decision that saw the trainer stall above target).
+        if (!under && stall_onset < 0) stall_onset = d.number;
+        if (under && stall_onset >= 0 && report.decisions_to_no_stall < 0) {
+          report.decisions_to_no_stall = d.number - stall_onset;
+        }
+        good_in_a_row = under && d.signals.stall_ratio.known() && d.decision.direction == autoscaler::Direction::kNone
+                            ? good_in_a_row + 1
+                            : 0;
+      } else {
+        const auto& x = d.decision;
+        const bool waiting = x.Has(autoscaler::Reason::kScaleDownStabilized) ||
+                             x.Has(autoscaler::Reason::kHeldUntilSettled) || x.holding ||
+                             x.direction != autoscaler::Direction::kNone;
+        const bool window_after_drop =
+            absl::Seconds(options.period_seconds) * static_cast<double>(d.number - phase_first_decision) >
+            absl::Seconds(options.window_seconds + options.scale_down_window_seconds);
+        good_in_a_row = !waiting && window_after_drop ? good_in_a_row + 1 : 0;
+      }
+    }
+    const bool phase_over = good_in_a_row >= 3 || absl::Now() - phase_start >= absl::Seconds(options.phase_limit_seconds);
+    if (!phase_over) continue;
+    auto tail_stall = [&phase_stalls]() {
+      if (phase_stalls.empty()) return -1.0;
+      const size_t n = std::min<size_t>(3, phase_stalls.size());
+      double sum = 0;
+      for (size_t i = phase_stalls.size() - n; i < phase_stalls.size(); ++i) sum += phase_stalls[i];
+      return sum / static_cast<double>(n);
+    };
+    if (phase == Phase::kHigh) {
+      report.high_stall = tail_stall();
+      phase = Phase::kLow;
+      (*consumer)->set_step_time(absl::Milliseconds(options.low_step_ms));
+      out << absl::StrFormat("== demand drop: %.1f ms of compute per element (%.0f elements/s wanted)\n",
+                             options.low_step_ms, options.low_step_ms > 0 ? 1000 / options.low_step_ms : 0.0)
+          << std::flush;
+    } else {
+      report.low_stall = tail_stall();
+      phase = Phase::kDone;
+    }
+    phase_start = absl::Now();
+    phase_first_decision = shown_decisions + 1;
+    good_in_a_row = 0;
+    phase_stalls.clear();
+  }
+  report.interrupted = signals.signal() != 0;
+  scaler.Stop();
+  const client::ClientStats final_stats = (*consumer)->stats();
+  const absl::Status consumer_status = (*consumer)->status();
+  (*consumer)->Stop();
+  signals.SetCallback(nullptr);
+  consumer->reset();
+  if (!consumer_status.ok() && !report.interrupted) {
+    rc = fail(absl::StrCat("reading failed: ", consumer_status.message(), " (logs in ", log_dir, ")"));
+  }
+  const autoscaler::LocalAutoscalerStats st = scaler.stats();
+  report.elements = final_stats.elements_total;
+  report.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  report.decisions = st.decisions;
+  report.scale_ups = st.scale_ups;
+  report.scale_downs = st.scale_downs;
+  report.holds_on_missing_data = st.holds_on_missing_data;
+  report.scale_downs_on_missing_data = st.scale_downs_on_missing_data;
+  report.elements_lost = st.elements_lost;
+  report.final_workers = st.workers;
+  report.worker_seconds = st.worker_seconds;
+  out << "== summary\n" << FormatAutoscaledUpReport(report, options.target_stall);
+  out << "stopping    dispatcher and " << st.workers << " workers\n" << std::flush;
+  stop();
+  if (rc == 0 && report.interrupted) rc = 130;
+  return rc;
+}
+
+}  // namespace
+
+int RunUp(const UpOptions& options, std::ostream& out, std::ostream& err) {
+  return options.autoscale ? RunUpAutoscaled(options, out, err) : RunUpStatic(options, out, err);
+}
+
 void AddDataServiceCommands(CLI::App& app, int& rc) {
   auto up_options = std::make_shared<UpOptions>();
   auto* up = app.add_subcommand(
-      "up", "Run the data service locally: a dispatcher and N workers, and a consumer reading a pipeline through it");
-  up->add_option("--workers", up_options->workers, "local worker processes")->check(CLI::Range(1, 64));
+      "up", "Run the data service locally, autoscaled: a dispatcher, one worker, the local autoscaler and a consumer "
+            "whose demand rises then falls (--no-autoscale: N fixed workers)");
+  auto no_autoscale = std::make_shared<bool>(false);
+  up->add_flag("--no-autoscale", *no_autoscale, "a fixed number of workers (--workers, default 2), no autoscaler");
+  up->add_option("--workers", up_options->workers,
+                 "worker processes (with --no-autoscale; default 2), or to start with (autoscaled; default 1)")
+      ->check(CLI::Range(1, 64));
+  up->add_option("--max-workers", up_options->max_workers, "autoscaled: most workers (default 6)")
+      ->check(CLI::Range(1, 64));
+  up->add_option("--cpus-per-worker", up_options->cpus_per_worker,
+                 "autoscaled: each worker's CPU quota, in CPUs (default 0.25; 0: none)")
+      ->check(CLI::Range(0.0, 64.0));
+  up->add_option("--low-step-ms", up_options->low_step_ms,
+                 "autoscaled: compute per element after the demand drop, in ms (default 40)")
+      ->check(CLI::NonNegativeNumber);
+  up->add_option("--target-stall", up_options->target_stall, "autoscaled: the stall ratio to stay under (default 0.1)");
+  up->add_option("--period", up_options->period_seconds, "autoscaled: seconds between decisions (default 1)");
+  up->add_option("--window", up_options->window_seconds, "autoscaled: seconds of the rate window (default 8)");
+  up->add_option("--scale-down-window", up_options->scale_down_window_seconds,
+                 "autoscaled: seconds of the scale-down stabilization window (default 8)")
+      ->check(CLI::NonNegativeNumber);
+  up->add_option("--phase-limit", up_options->phase_limit_seconds,
+                 "autoscaled: each demand phase ends after at most this many seconds (default 120)")
+      ->check(CLI::PositiveNumber);
+  up->add_option("--image-size", up_options->image_size,
+                 "autoscaled: the demo workload's image side (its CPU per element; default 768)")
+      ->check(CLI::Range(32, 2048));
+  up->add_option("--prometheus-url", up_options->prometheus_url,
+                 "autoscaled: read the signals from this Prometheus instead of scraping the processes");
   up->add_option("--pipeline", up_options->pipeline,
                  "pipeline spec to read (default: examples/pipelines/fashion_mnist.yaml)");
   up->add_option("--sharding", up_options->sharding, "off | dynamic | file | data");
-  up->add_option("--take", up_options->take, "stop reading after N elements (0: start the service only)");
+  up->add_option("--take", up_options->take,
+                 "static mode (implies --no-autoscale): stop reading after N elements (0: start the service only)");
   up->add_option("--seconds", up_options->seconds, "stop reading after S seconds")->check(CLI::NonNegativeNumber);
-  up->add_option("--step-ms", up_options->step_ms, "simulated training step per element, in ms (for the stall ratio)")
+  up->add_option("--step-ms", up_options->step_ms,
+                 "simulated training step per element, in ms (autoscaled: the demand peak, default 4; static: 0)")
       ->check(CLI::NonNegativeNumber);
   up->add_flag("--keep-running", up_options->keep_running,
-               "after reading, keep serving until Ctrl-C (other consumers can use the printed address)");
+               "static mode (implies --no-autoscale): after reading, keep serving until Ctrl-C (other consumers "
+               "can use the printed address)");
   up->add_option("--log-dir", up_options->log_dir, "where the processes' logs go (default: a new temp directory)");
   up->add_option("--bin-dir", up_options->bin_dir, "where sluice-dispatcher and sluice-worker are (default: next to sluice)");
   auto quiet = std::make_shared<bool>(false);
   up->add_flag("--quiet", *quiet, "no progress line");
-  up->callback([up_options, quiet, &rc] {
+  up->callback([up_options, quiet, no_autoscale, &rc] {
     up_options->progress = !*quiet;
+    // Reading a number of elements, or serving other consumers, is the static mode's.
+    up_options->autoscale = !*no_autoscale && up_options->take == -1 && !up_options->keep_running;
     rc = RunUp(*up_options, std::cout, std::cerr);
   });
 
