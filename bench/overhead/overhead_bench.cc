@@ -21,13 +21,21 @@ namespace {
 // Cachew (ATC '22) reports remote tf.data needing 30-50% more cores; the goal is far below that.
 constexpr double kTargetOverhead = 0.10;
 
+absl::StatusOr<service::Compression> ParseCompression(const std::string& name) {
+  if (name == "none") return service::COMPRESSION_NONE;
+  if (name == "auto") return service::COMPRESSION_AUTO;
+  if (name == "lz4") return service::COMPRESSION_LZ4;
+  if (name == "zstd") return service::COMPRESSION_ZSTD;
+  return absl::InvalidArgumentError(absl::StrCat("--compression: '", name, "' is not one of none, auto, lz4, zstd"));
+}
+
 absl::Status ValidateOptions(const OverheadBenchOptions& o) {
   if (o.rounds < 1) return absl::InvalidArgumentError(absl::StrCat("--rounds must be >= 1, got ", o.rounds));
   if (!(o.seconds > 0)) return absl::InvalidArgumentError(absl::StrCat("--seconds must be > 0, got ", o.seconds));
   if (!(o.warmup_seconds >= 0)) {
     return absl::InvalidArgumentError(absl::StrCat("--warmup must be >= 0, got ", o.warmup_seconds));
   }
-  return absl::OkStatus();
+  return ParseCompression(o.compression).status();
 }
 
 absl::StatusOr<std::string> ReadSpec(const std::string& path) {
@@ -89,6 +97,7 @@ absl::StatusOr<OverheadSample> RunThroughService(local::LocalDataService& ds, co
   co.dispatcher_address = ds.dispatcher_address();
   co.pipeline = def;
   co.sharding = service::SHARDING_OFF;
+  co.compression = *ParseCompression(o.compression);
   auto created = client::DataServiceClient::Create(co);
   if (!created.ok()) return created.status();
   std::unique_ptr<client::DataServiceClient> c = *std::move(created);
@@ -126,8 +135,9 @@ int Fail(std::ostream& err, const absl::Status& status, const std::string& log_d
 
 std::string DefaultOverheadPipeline() {
   return "name: overhead-synthetic-images\n"
-         "source: {synthetic: {count: 100000000, shape: [288, 384, 3], dtype: uint8, split_size: 256}}\n"
+         "source: {synthetic: {count: 65536, shape: [288, 384, 3], dtype: uint8, split_size: 256}}\n"
          "steps:\n"
+         "  - repeat: {count: -1}\n"
          "  - map:\n"
          "      parallelism: auto\n"
          "      ops:\n"
@@ -196,6 +206,7 @@ void AddOverheadBenchFlags(CLI::App* app, OverheadBenchOptions& o) {
   app->add_option("--rounds", o.rounds, "rounds; each runs both sides, in alternating order")->capture_default_str();
   app->add_option("--seconds", o.seconds, "measured seconds per side and round")->capture_default_str();
   app->add_option("--warmup", o.warmup_seconds, "unmeasured seconds before each window")->capture_default_str();
+  app->add_option("--compression", o.compression, "the job's compression: none|auto|lz4|zstd")->capture_default_str();
   app->add_option("--bin_dir", o.bin_dir, "directory of sluice-dispatcher and sluice-worker (default: this binary's)");
   app->add_flag("--keep_logs", o.keep_logs, "keep the processes' logs");
 }
@@ -245,6 +256,7 @@ int RunOverheadBenchmark(const OverheadBenchOptions& o, std::ostream& out, std::
                                              "-> random_flip -> normalize (float32 CHW)"
                                            : o.pipeline_file},
       {"pipeline_name", def->name()},
+      {"compression", o.compression},
       {"mode", "in-process: the pipeline engine in the benchmark process; service: sluice-dispatcher + 1 "
                "sluice-worker processes, client in the benchmark process; CPU from /proc/<pid>/stat between two "
                "samples after the warm-up"},

@@ -30,6 +30,9 @@ struct OverheadBenchOptions {
   int rounds = 3;                 // each round runs both sides; the order alternates (ABBA)
   double seconds = 6;             // measured window per side and round
   double warmup_seconds = 3;      // unmeasured reading before each window (start-up, autotuning)
+  // The job's compression: none|auto|lz4|zstd. none measures the cost of serving itself; auto (the
+  // client's default) adds LZ4 wherever a sample compresses, which trades CPU for network bytes.
+  std::string compression = "none";
   std::string bin_dir;            // sluice-dispatcher, sluice-worker (default: next to this binary)
   bool keep_logs = false;
 };

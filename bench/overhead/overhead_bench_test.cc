@@ -78,6 +78,10 @@ TEST_CASE("Invalid overhead options and pipelines fail before any process starts
   o.seconds = 0;
   CHECK(RunOverheadBenchmark(o, out, err) == 1);
   o = OverheadBenchOptions();
+  o.compression = "gzip";
+  CHECK(RunOverheadBenchmark(o, out, err) == 1);
+  CHECK(err.str().find("--compression") != std::string::npos);
+  o = OverheadBenchOptions();
   o.pipeline_file = "/nonexistent/pipeline.yaml";
   CHECK(RunOverheadBenchmark(o, out, err) == 1);
   testing::TempDir dir;
@@ -107,6 +111,7 @@ TEST_CASE("A tiny overhead run prints a JSON last line with positive CPU numbers
   CHECK(j["service_cpu_ms_per_element_by_process"].contains("dispatcher"));
   CHECK(j["trials"].size() == 2);
   CHECK(j["rounds"] == 1);
+  CHECK(j["compression"] == "none");
 }
 
 }  // namespace
