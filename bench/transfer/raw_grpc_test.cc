@@ -42,31 +42,98 @@ TEST_CASE("MakeElements is deterministic, sized, and the elements differ") {
   CHECK(a[0] != a[1]);
 }
 
-TEST_CASE("ReadRawStream counts whole elements from an in-process server, and reports bad requests") {
+// An in-process RawTransfer server on a free loopback port.
+struct TestServer {
+  explicit TestServer(RawFault fault = RawFault::kNone) : service(fault) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service);
+    server = builder.BuildAndStart();
+  }
+  ~TestServer() {
+    if (server) server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  }
+  std::string address() const { return absl::StrCat("127.0.0.1:", port); }
   RawTransferService service;
-  grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  auto server = builder.BuildAndStart();
-  REQUIRE(server != nullptr);
-  const std::string address = absl::StrCat("127.0.0.1:", port);
+  std::unique_ptr<grpc::Server> server;
+};
 
+ReadWindow ShortWindow() {
   ReadWindow window;
   window.skip_elements = 10;
   window.warmup = absl::ZeroDuration();
   window.measure = absl::Milliseconds(20);
-  auto t = ReadRawStream(address, Request(1000, 4, 4096), window);
+  return window;
+}
+
+TEST_CASE("SerializedMessages pack every element, cycling, per_message to a message") {
+  auto messages = SerializedMessages(Request(1000, 5, 2000));  // 2 per message: 3 messages
+  REQUIRE(messages.size() == 3);
+  const auto elements = MakeElements(1000, 5);
+  std::vector<std::string> seen;
+  for (const std::string& m : messages) {
+    raw::RawStreamResponse r;
+    REQUIRE(r.ParseFromString(m));
+    REQUIRE(r.elements_size() == 2);
+    for (const std::string& e : r.elements()) seen.push_back(e);
+  }
+  CHECK(seen == std::vector<std::string>{elements[0], elements[1], elements[2], elements[3], elements[4], elements[0]});
+}
+
+TEST_CASE("RawElementChecker refuses wrong sizes always and wrong bytes when checking contents") {
+  const auto request = Request(64, 3, 0);
+  const auto elements = MakeElements(64, 3);
+  const RawElementChecker sizes_only(request, false);
+  const RawElementChecker contents(request, true);
+  CHECK(sizes_only.Check(elements[1], 0).ok());
+  CHECK(contents.Check(elements[2], 0).ok());
+  CHECK(sizes_only.Check(std::string(64, 'x'), 0).ok());
+  auto wrong = contents.Check(std::string(64, 'x'), 7);
+  CHECK(wrong.code() == absl::StatusCode::kDataLoss);
+  CHECK(wrong.message().find("element 7") != std::string::npos);
+  CHECK(sizes_only.Check(std::string(63, 'x'), 0).code() == absl::StatusCode::kDataLoss);
+}
+
+TEST_CASE("ReadRawStream counts whole elements from an in-process server, and reports bad requests") {
+  TestServer server;
+  REQUIRE(server.server != nullptr);
+  auto t = ReadRawStream(server.address(), Request(1000, 4, 4096), ShortWindow(), /*check_contents=*/true);
   REQUIRE(t.ok());
   CHECK(t->elements > 0);
   CHECK(t->bytes == t->elements * 1000);
   CHECK(t->seconds >= 0.02);
 
-  auto bad = ReadRawStream(address, Request(0, 4, 4096), window);
+  auto bad = ReadRawStream(server.address(), Request(0, 4, 4096), ShortWindow());
   REQUIRE(!bad.ok());
   CHECK(bad.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(bad.status().message().find("element_bytes") != std::string::npos);
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+}
+
+TEST_CASE("The baseline delivers the bytes it claims: a server that sends wrong bytes fails the read") {
+  // Large elements (one per message) and small ones (many per message) both go through the checks.
+  for (int64_t bytes : {int64_t{1000}, int64_t{300 * 1024}}) {
+    CAPTURE(bytes);
+    {
+      TestServer short_elements(RawFault::kShortElements);
+      auto t = ReadRawStream(short_elements.address(), Request(bytes, 4, 1 << 20), ShortWindow());
+      REQUIRE(!t.ok());
+      CHECK(t.status().code() == absl::StatusCode::kDataLoss);
+    }
+    {
+      TestServer corrupt(RawFault::kCorruptBytes);
+      auto sizes_only = ReadRawStream(corrupt.address(), Request(bytes, 4, 1 << 20), ShortWindow());
+      CHECK(sizes_only.ok());  // right sizes: only the content check can see it
+      auto t = ReadRawStream(corrupt.address(), Request(bytes, 4, 1 << 20), ShortWindow(), /*check_contents=*/true);
+      REQUIRE(!t.ok());
+      CHECK(t.status().code() == absl::StatusCode::kDataLoss);
+    }
+    TestServer good;
+    auto t = ReadRawStream(good.address(), Request(bytes, 4, 1 << 20), ShortWindow(), /*check_contents=*/true);
+    REQUIRE(t.ok());
+    CHECK(t->bytes == t->elements * bytes);
+    CHECK(t->elements > 0);
+  }
 }
 
 }  // namespace

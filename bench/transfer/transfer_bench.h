@@ -1,6 +1,7 @@
 // `sluice bench transfer`: how fast one client receives pre-made elements of 1 KiB, 100 KiB and
 // 1 MiB from one data-service worker over loopback, next to a plain gRPC server-streaming loop that
-// sends the same bytes, measured in alternating trials in the same run.
+// sends the same bytes (raw_grpc.h: the callback API at both ends, pre-serialized zero-copy writes,
+// parsing off the consumer thread), measured in alternating trials (ABBA) in the same run.
 //
 // The Sluice side runs real processes: sluice-dispatcher and one sluice-worker, and a
 // DataServiceClient in this process; the worker runs `synthetic -> cache -> repeat`, so after the
@@ -65,10 +66,14 @@ int64_t DistinctElements(int64_t element_bytes, int64_t cache_bytes);
 std::string TransferPipelineSpec(int64_t element_bytes, int64_t distinct_elements);
 // The median of the per-trial ratios sluice[i] / grpc[i] (trials run next to each other).
 double PairedRatio(const std::vector<double>& sluice, const std::vector<double>& grpc);
+// (max - min) / median; 0 for no values.
+double Spread(const std::vector<double>& values);
 // The result object: per-size details plus the flat keys ratio_<label>, sluice_gbps_<label>,
-// grpc_gbps_<label> and cpu_cost_ratio_<label> (Sluice's server+client CPU per GB over raw gRPC's);
-// meets_target when every size of 100 KiB or more reaches `target`.
-nlohmann::json TransferResultJson(const std::vector<TransferSizeResult>& sizes, double target,
+// grpc_gbps_<label>, cpu_cost_ratio_<label> (Sluice's server+client CPU per GB over raw gRPC's)
+// and sluice_/grpc_gb_per_cpu_s_<label> (payload GB per CPU-second of server and client);
+// meets_target when every size of 100 KiB or more reaches `target` and every smaller one
+// `small_target`.
+nlohmann::json TransferResultJson(const std::vector<TransferSizeResult>& sizes, double target, double small_target,
                                   const nlohmann::json& extra);
 
 }  // namespace sluice::bench

@@ -55,20 +55,29 @@ TEST_CASE("CpuSecondsPerGb") {
   CHECK(CpuSecondsPerGb(0.5, 0) == 0);
 }
 
-TEST_CASE("TransferResultJson has the flat keys and judges only sizes of 100 KiB and more") {
+TEST_CASE("Spread is the range over the median") {
+  CHECK(Spread({1, 2, 3}) == Approx(1.0));
+  CHECK(Spread({2}) == 0);
+  CHECK(Spread({}) == 0);
+}
+
+TEST_CASE("TransferResultJson has the flat keys and judges small sizes against the small target") {
   std::vector<TransferSizeResult> sizes = {
       {1024, {0.1, 0.1}, {0.5, 0.5}, {1e5, 1e5}, {4, 4}, {1, 1}, {4, 4}, {1, 1}},
       {100 * 1024, {0.9, 0.9}, {1.0, 1.0}, {9e3, 9e3}, {}, {}, {}, {}},
       {1024 * 1024, {1.7, 1.9}, {2.0, 2.0}, {1.7e3, 1.8e3}, {0.6, 0.6}, {0.4, 0.4}, {0.5, 0.5}, {0.5, 0.5}},
   };
-  auto j = TransferResultJson(sizes, 0.8, {{"mode", "test"}});
+  auto j = TransferResultJson(sizes, 0.8, 0.15, {{"mode", "test"}});
   CHECK(j["benchmark"] == "transfer");
   CHECK(j["ratio_1k"].get<double>() == Approx(0.2));
   CHECK(j["ratio_100k"].get<double>() == Approx(0.9));
   CHECK(j["ratio_1m"].get<double>() == Approx(0.9));
   CHECK(j["sluice_gbps_1m"].get<double>() == Approx(1.8));
   CHECK(j["grpc_gbps_1m"].get<double>() == Approx(2.0));
-  CHECK(j["meets_target"] == true);  // 1 KiB's low ratio is not judged
+  CHECK(j["meets_target"] == true);  // 1 KiB's 0.2 meets its own target of 0.15
+  CHECK(j["sluice_gb_per_cpu_s_1m"].get<double>() == Approx(1 / 1.1).margin(0.001));
+  CHECK(j["grpc_gb_per_cpu_s_1m"].get<double>() == Approx(1 / 0.9).margin(0.001));
+  CHECK(j["sizes"][2]["sluice_gbps_spread"].get<double>() == Approx(0.2 / 1.8).margin(0.001));
   CHECK(j["mode"] == "test");
   CHECK(j["cpu_cost_ratio_1k"].get<double>() == Approx(4.0));
   CHECK(j["cpu_cost_ratio_1m"].get<double>() == Approx(1.222));  // (0.6 + 0.5) / (0.4 + 0.5)
@@ -78,8 +87,10 @@ TEST_CASE("TransferResultJson has the flat keys and judges only sizes of 100 KiB
   CHECK(j["sizes"][2]["sluice_gbps_trials"].size() == 2);
 
   sizes[2].sluice_gbps = {1.0, 1.0};
-  CHECK(TransferResultJson(sizes, 0.8, {})["meets_target"] == false);
-  CHECK(TransferResultJson({sizes[0]}, 0.8, {})["meets_target"] == false);  // nothing judged
+  CHECK(TransferResultJson(sizes, 0.8, 0.15, {})["meets_target"] == false);
+  sizes[2].sluice_gbps = {1.7, 1.9};
+  CHECK(TransferResultJson(sizes, 0.8, 0.3, {})["meets_target"] == false);  // 1 KiB misses 0.3
+  CHECK(TransferResultJson({}, 0.8, 0.15, {})["meets_target"] == false);  // nothing judged
 }
 
 TEST_CASE("Invalid options fail before any process starts") {

@@ -26,6 +26,9 @@
 #ifdef SLUICE_HAVE_AUTOORDER_BENCH
 #include "bench/autoorder/autoorder_bench.h"
 #endif
+#ifdef SLUICE_HAVE_OVERHEAD_BENCH
+#include "bench/overhead/overhead_bench.h"
+#endif
 
 int main(int argc, char** argv) {
   // The benchmarks and `sluice up` read the data service in this process.
@@ -97,6 +100,13 @@ int main(int argc, char** argv) {
 #endif
 #ifdef HAVE_SLUICE_BENCH_DATASERVICE
   sluice::bench::AddDataServiceBenchmarks(bench, rc);
+#endif
+#ifdef SLUICE_HAVE_OVERHEAD_BENCH
+  sluice::bench::OverheadBenchOptions overhead_bench;
+  auto* bench_overhead = bench->add_subcommand(
+      "overhead", "CPU per element of one pipeline in-process vs through the data service (dispatcher, worker, client)");
+  sluice::bench::AddOverheadBenchFlags(bench_overhead, overhead_bench);
+  bench_overhead->callback([&] { rc = sluice::bench::RunOverheadBenchmark(overhead_bench, std::cout, std::cerr); });
 #endif
 #ifdef SLUICE_HAVE_OPERATOR_BENCH
   sluice::bench::OperatorBenchOptions operator_bench;

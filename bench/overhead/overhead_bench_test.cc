@@ -1,0 +1,118 @@
+#include "bench/overhead/overhead_bench.h"
+
+#include <sstream>
+
+#include <catch2/catch.hpp>
+
+#include "bench/dataservice/bench_report.h"
+#include "dataplane/pipeline/pipeline.h"
+#include "testing/test_util.h"
+
+namespace sluice::bench {
+namespace {
+
+OverheadSample Sample(int64_t elements, double cpu, std::vector<double> per_process) {
+  OverheadSample s;
+  s.elements = elements;
+  s.seconds = 1;
+  s.cpu_seconds = cpu;
+  s.process_cpu_seconds = std::move(per_process);
+  return s;
+}
+
+// The last non-empty line of `text`.
+std::string LastLine(const std::string& text) {
+  std::string last, line;
+  std::istringstream in(text);
+  while (std::getline(in, line)) {
+    if (!line.empty()) last = line;
+  }
+  return last;
+}
+
+TEST_CASE("OverheadResultJson divides the medians of CPU per element, and breaks the service down") {
+  std::vector<OverheadSample> local = {Sample(100, 1.0, {1.0}), Sample(100, 1.2, {1.2}), Sample(100, 0.8, {0.8})};
+  std::vector<OverheadSample> remote = {Sample(100, 1.1, {0.01, 0.99, 0.1}), Sample(100, 1.3, {0.01, 1.19, 0.1}),
+                                        Sample(100, 1.2, {0.02, 1.08, 0.1})};
+  auto j = OverheadResultJson(local, remote, 0.1, {{"pipeline", "test"}});
+  CHECK(j["benchmark"] == "overhead");
+  CHECK(j["overhead"].get<double>() == Approx(0.2));  // 12 ms / 10 ms - 1
+  CHECK(j["in_process_cpu_ms_per_element"].get<double>() == Approx(10));
+  CHECK(j["service_cpu_ms_per_element"].get<double>() == Approx(12));
+  CHECK(j["in_process_cpu_spread"].get<double>() == Approx(0.4));
+  CHECK(j["meets_target"] == false);
+  CHECK(j["overhead_per_round"].size() == 3);
+  CHECK(j["overhead_per_round"][0].get<double>() == Approx(0.1));
+  CHECK(j["service_cpu_ms_per_element_by_process"]["dispatcher"].get<double>() == Approx(0.1));
+  CHECK(j["service_cpu_ms_per_element_by_process"]["worker"].get<double>() == Approx(10.8));
+  CHECK(j["service_cpu_ms_per_element_by_process"]["client"].get<double>() == Approx(1.0));
+  CHECK(j["trials"].size() == 6);
+  CHECK(j["pipeline"] == "test");
+  CHECK(OverheadResultJson(local, local, 0.1, {})["meets_target"] == true);
+  CHECK(OverheadResultJson({}, remote, 0.1, {})["meets_target"] == false);  // nothing to compare with
+  CHECK(OverheadResultJson({Sample(0, 1, {1})}, remote, 0.1, {})["overhead"] == 0);
+}
+
+TEST_CASE("The built-in overhead pipeline parses and runs") {
+  auto def = ParseBenchPipeline(DefaultOverheadPipeline(), "overhead");
+  REQUIRE(def.ok());
+  auto p = pipeline::Pipeline::Create(*def);
+  REQUIRE(p.ok());
+  auto it = (*p)->MakeIterator();
+  REQUIRE(it.ok());
+  auto e = (*it)->Next();
+  REQUIRE(e.ok());
+  REQUIRE(e->has_value());
+  const pipeline::Tensor* data = (*e)->Find("data");
+  REQUIRE(data != nullptr);
+  CHECK(data->nbytes() == 3 * 224 * 224 * 4);  // normalized float32 CHW
+}
+
+TEST_CASE("Invalid overhead options and pipelines fail before any process starts") {
+  std::ostringstream out, err;
+  OverheadBenchOptions o;
+  o.rounds = 0;
+  CHECK(RunOverheadBenchmark(o, out, err) == 1);
+  CHECK(err.str().find("--rounds") != std::string::npos);
+  o = OverheadBenchOptions();
+  o.seconds = 0;
+  CHECK(RunOverheadBenchmark(o, out, err) == 1);
+  o = OverheadBenchOptions();
+  o.compression = "gzip";
+  CHECK(RunOverheadBenchmark(o, out, err) == 1);
+  CHECK(err.str().find("--compression") != std::string::npos);
+  o = OverheadBenchOptions();
+  o.pipeline_file = "/nonexistent/pipeline.yaml";
+  CHECK(RunOverheadBenchmark(o, out, err) == 1);
+  testing::TempDir dir;
+  testing::WriteFile(dir.File("bad.yaml"), "name: x\nsource: {nosuchsource: {}}\n");
+  o.pipeline_file = dir.File("bad.yaml");
+  CHECK(RunOverheadBenchmark(o, out, err) == 1);
+  CHECK(out.str().empty());
+}
+
+TEST_CASE("A tiny overhead run prints a JSON last line with positive CPU numbers") {
+  OverheadBenchOptions o;
+  o.bin_dir = testing::BinaryDir() + "/bin";
+  o.rounds = 1;
+  o.seconds = 0.3;
+  o.warmup_seconds = 0.2;
+  std::ostringstream out, err;
+  const int rc = RunOverheadBenchmark(o, out, err);
+  INFO(err.str());
+  REQUIRE(rc == 0);
+  auto j = nlohmann::json::parse(LastLine(out.str()));
+  CHECK(j["benchmark"] == "overhead");
+  CHECK(j["overhead"].is_number());
+  CHECK(j["in_process_cpu_ms_per_element"].get<double>() > 0);
+  CHECK(j["service_cpu_ms_per_element"].get<double>() > 0);
+  CHECK(j["service_cpu_ms_per_element_by_process"]["worker"].get<double>() > 0);
+  CHECK(j["service_cpu_ms_per_element_by_process"]["client"].get<double>() > 0);
+  CHECK(j["service_cpu_ms_per_element_by_process"].contains("dispatcher"));
+  CHECK(j["trials"].size() == 2);
+  CHECK(j["rounds"] == 1);
+  CHECK(j["compression"] == "none");
+}
+
+}  // namespace
+}  // namespace sluice::bench
