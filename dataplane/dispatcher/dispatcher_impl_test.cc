@@ -456,9 +456,11 @@ steps:
     CHECK(r.mode() == "strict");
     CHECK(r.outcome() == "applied");
     CHECK(r.chosen_order(0) == "random_crop(data)");
-    // Workers get the rewritten pipeline.
-    service::GetOrCreateJobResponse job = d.MustJob(id, service::SHARDING_OFF);
-    service::WorkerHeartbeatResponse hb = d.Heartbeat("w1:1");
+    // Workers get the rewritten pipeline. (A Driver of the current service: Restart() destroys the
+    // one `d` refers to.)
+    Driver now{h.service()};
+    service::GetOrCreateJobResponse job = now.MustJob(id, service::SHARDING_OFF);
+    service::WorkerHeartbeatResponse hb = now.Heartbeat("w1:1");
     REQUIRE(hb.new_tasks_size() >= 1);
     CHECK(hb.new_tasks(0).pipeline().steps(0).ops(0).op() == "random_crop");
     (void)job;
