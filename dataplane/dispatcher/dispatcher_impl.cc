@@ -557,8 +557,9 @@ void DispatcherService::Tick() {
     absl::MutexLock lock(&js_.mu);
     const absl::Time now = clock_->Now();
     RemoveSilentLocked(now);
-    delivery_.Prune([&](int64_t t) { return js_.state().FindTask(t) != nullptr; },
-                    [&](int64_t j) { return js_.state().FindJob(j) != nullptr; });
+    const DispatcherState& state = js_.state();
+    delivery_.Prune([&](int64_t t) { return state.FindTask(t) != nullptr; },
+                    [&](int64_t j) { return state.FindJob(j) != nullptr; });
     for (int64_t job_id : joins_.PendingJobs()) {
       if (absl::Status s = joins_.CompleteIfAgreed(js_, job_id); !s.ok()) {
         SLUICE_LOG(Error, "cannot add a worker to a coordinated job").With("job_id", job_id).With("error", s.ToString());
