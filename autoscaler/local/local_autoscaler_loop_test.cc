@@ -168,12 +168,10 @@ TEST_CASE("demand up adds workers until the stall is under target, demand down r
   CHECK(loop.consumer->status().ok());
 }
 
-// KNOWN BUG (data plane, not the autoscaler): a worker drained through the dispatcher and stopped
-// takes with it the splits it had fetched ahead (DispatcherSplitProvider's local queue) — whole
-// splits are never read by anyone (seen: 6 to 12 splits of 64 elements per removal). Marked
-// [!shouldfail] so that it reports the fix: it fails (loudly) the day every element arrives.
-TEST_CASE("KNOWN BUG: after scale-downs the job read to its end misses the removed workers' fetched splits",
-          "[!shouldfail]") {
+// A worker drained through the dispatcher is stopped only once it holds no split (those it fetched
+// ahead included: it reads them) and its clients received all it produced, so every element arrives
+// exactly once.
+TEST_CASE("after scale-downs the job read to its end has every element exactly once") {
   DemoWorkload workload;
   workload.count = 30000;
   Loop loop(workload, kLowStep, false);

@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "dataplane/dispatcher/dispatcher_test_util.h"
 
@@ -134,6 +135,86 @@ TEST_CASE("dispatcher: clients' receipts go back to the worker - a worker timing
   CHECK(s.h.service().ClientHeartbeat(other, &c).ok());
   other.mutable_received(0)->set_elements(-1);
   CHECK(s.h.service().ClientHeartbeat(other, &c).code() == absl::StatusCode::kInvalidArgument);
+}
+
+const service::WorkerInfo& InfoOf(const service::GetStateResponse& state, const std::string& address) {
+  for (const auto& w : state.workers()) {
+    if (w.address() == address) return w;
+  }
+  FAIL("worker " << address << " not listed");
+  return state.workers(0);
+}
+
+TEST_CASE("dispatcher: a draining worker is drained once it holds no split and clients received all it produced") {
+  Setup s;
+  s.Worker(0);
+  auto splits = [&](int max, std::vector<uint64_t> started, std::vector<uint64_t> finished) {
+    service::GetSplitsRequest req;
+    req.set_task_id(s.task);
+    req.set_worker_address("hostA:1");
+    req.set_max_splits(max);
+    for (uint64_t i : started) req.add_started_split_indices(i);
+    for (uint64_t i : finished) {
+      auto* p = req.add_progress();
+      p->set_index(i);
+      p->set_lease_end(-1);
+      p->set_finished(true);
+    }
+    service::GetSplitsResponse resp;
+    absl::Status st = s.h.service().GetSplits(req, &resp);
+    INFO(st.ToString());
+    REQUIRE(st.ok());
+    return resp;
+  };
+  auto state = [&] {
+    service::GetStateResponse resp;
+    REQUIRE(s.h.service().GetState({}, &resp).ok());
+    return InfoOf(resp, "hostA:1");
+  };
+  REQUIRE(splits(2, {}, {}).splits_size() == 2);  // fetched ahead: splits 0 and 1
+  // Not draining: no verdict.
+  CHECK(!state().drained());
+  CHECK(state().drain_blocker().empty());
+
+  service::DrainWorkersRequest drain;
+  drain.add_worker_addresses("hostA:1");
+  service::DrainWorkersResponse drained;
+  REQUIRE(s.h.service().DrainWorkers(drain, &drained).ok());
+  CHECK(!state().drained());
+  CHECK(state().splits_held() == 2);  // handed out, not started: still the worker's to read
+  CHECK(state().drain_blocker() == "2 splits not finished");
+
+  REQUIRE(splits(2, {0, 1}, {}).splits_size() == 0);  // both started, none finished; no new split
+  CHECK(state().splits_held() == 2);
+  REQUIRE(splits(2, {}, {0}).splits_size() == 0);
+  CHECK(state().splits_held() == 1);
+  REQUIRE(splits(2, {}, {1}).splits_size() == 0);
+  CHECK(state().splits_held() == 0);
+
+  // Every split finished; 20 produced, 15 received: 5 in buffers or in the transport.
+  s.Worker(20);
+  service::ClientHeartbeatResponse c;
+  REQUIRE(s.Client(15, &c).ok());
+  CHECK(!state().drained());
+  CHECK(state().undelivered_elements() == 5);
+  CHECK(state().drain_blocker() == "5 elements produced and not yet received by clients");
+
+  // All received, but only one heartbeat since the last split report: its count may be stale.
+  REQUIRE(s.Client(20, &c).ok());
+  CHECK(state().undelivered_elements() == 0);
+  CHECK(!state().drained());
+  CHECK(state().drain_blocker() == "1 of 2 heartbeats since its last split report");
+  s.Worker(20);
+  CHECK(state().drained());
+  CHECK(state().drain_blocker().empty());
+
+  // A GetSplits carrying no acknowledgement or progress (polling) leaves the verdict standing.
+  splits(0, {}, {});
+  CHECK(state().drained());
+  // More produced than received again (the worker produced after all): not drained.
+  s.Worker(21);
+  CHECK(!state().drained());
+  CHECK(state().undelivered_elements() == 1);
 }
 
 TEST_CASE("dispatcher: a worker deregistering cleanly is not counted as a loss") {

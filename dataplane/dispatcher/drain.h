@@ -10,6 +10,8 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "dataplane/dispatcher/delivery_tracker.h"
+#include "dataplane/dispatcher/dispatcher_state.h"
 #include "absl/status/status.h"
 #include "dataplane/dispatcher/journaled_state.h"
 #include "dataservice.pb.h"
@@ -28,6 +30,20 @@ absl::Status DrainWorkers(JournaledState& js, const service::DrainWorkersRequest
 // DrainWorkers (else by the worker's heartbeat), for the log.
 absl::Status MarkDraining(JournaledState& js, const std::string& address, bool requested)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(js.mu);
+
+// Whether a draining worker is drained (GetState's WorkerInfo.drained and companions): every
+// task of it is a DYNAMIC one holding no split (none handed out and unstarted, none started and
+// unfinished), its clients received all it produced, and it heartbeated at least twice since its
+// last split report (`heartbeats_since_split_report`; a heartbeat sent after the first one's
+// answer counts the elements of every split it reported finished). Pure.
+struct DrainVerdict {
+  bool drained = false;
+  int64_t undelivered_elements = 0;
+  int64_t splits_held = 0;
+  std::string blocker;  // why not, "" when drained
+};
+DrainVerdict EvaluateDrained(const DispatcherState& state, const DispatcherState::Worker& worker,
+                             const DeliveryTracker& delivery, int64_t heartbeats_since_split_report);
 
 }  // namespace sluice::dispatcher
 
