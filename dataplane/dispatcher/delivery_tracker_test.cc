@@ -86,7 +86,17 @@ struct Setup {
     REQUIRE(resp.new_tasks_size() == 1);
     task = resp.new_tasks(0).task_id();
   }
-  service::WorkerHeartbeatResponse Worker(std::optional<int64_t> produced) {
+  // Registers a second worker; returns its task of the job.
+  int64_t OtherWorker(const std::string& address) {
+    service::WorkerHeartbeatRequest hb;
+    hb.set_worker_address(address);
+    hb.set_placement(service::PLACEMENT_REMOTE);
+    service::WorkerHeartbeatResponse resp;
+    for (int i = 0; i < 2 && resp.new_tasks_size() == 0; ++i) REQUIRE(h.service().WorkerHeartbeat(hb, &resp).ok());
+    REQUIRE(resp.new_tasks_size() == 1);
+    return resp.new_tasks(0).task_id();
+  }
+  service::WorkerHeartbeatResponse Worker(std::optional<int64_t> produced, bool finished = false) {
     service::WorkerHeartbeatRequest req;
     req.set_worker_address("hostA:1");
     req.set_placement(service::PLACEMENT_REMOTE);
@@ -94,6 +104,7 @@ struct Setup {
       auto* p = req.add_tasks();
       p->set_task_id(task);
       p->set_elements_produced(*produced);
+      p->set_finished(finished);
     }
     service::WorkerHeartbeatResponse resp;
     absl::Status s = h.service().WorkerHeartbeat(req, &resp);
@@ -145,20 +156,26 @@ const service::WorkerInfo& InfoOf(const service::GetStateResponse& state, const 
   return state.workers(0);
 }
 
-TEST_CASE("dispatcher: a draining worker is drained once it holds no split and clients received all it produced") {
+TEST_CASE("dispatcher: a draining worker hands its input back and is drained once its task ended and clients received all") {
   Setup s;
   s.Worker(0);
-  auto splits = [&](int max, std::vector<uint64_t> started, std::vector<uint64_t> finished) {
+  struct Call {
+    int max = 0;
+    std::vector<uint64_t> started, returned;
+    std::optional<std::pair<uint64_t, int64_t>> released;  // split, position
+  };
+  auto splits = [&](const Call& call) {
     service::GetSplitsRequest req;
     req.set_task_id(s.task);
     req.set_worker_address("hostA:1");
-    req.set_max_splits(max);
-    for (uint64_t i : started) req.add_started_split_indices(i);
-    for (uint64_t i : finished) {
+    req.set_max_splits(call.max);
+    for (uint64_t i : call.started) req.add_started_split_indices(i);
+    for (uint64_t i : call.returned) req.add_returned_split_indices(i);
+    if (call.released) {
       auto* p = req.add_progress();
-      p->set_index(i);
-      p->set_lease_end(-1);
-      p->set_finished(true);
+      p->set_index(call.released->first);
+      p->set_lease_end(call.released->second);
+      p->set_released(true);
     }
     service::GetSplitsResponse resp;
     absl::Status st = s.h.service().GetSplits(req, &resp);
@@ -171,50 +188,101 @@ TEST_CASE("dispatcher: a draining worker is drained once it holds no split and c
     REQUIRE(s.h.service().GetState({}, &resp).ok());
     return InfoOf(resp, "hostA:1");
   };
-  REQUIRE(splits(2, {}, {}).splits_size() == 2);  // fetched ahead: splits 0 and 1
-  // Not draining: no verdict.
+  s.OtherWorker("hostB:1");  // the job goes on after this worker's task ended
+  const service::GetSplitsResponse first = splits({3, {}, {}, {}});
+  REQUIRE(first.splits_size() == 3);  // fetched ahead: splits 0, 1 and 2
+  CHECK(!first.release());
+  REQUIRE(splits({0, {0}, {}, {}}).splits_size() == 0);  // split 0 started
+  // Not draining: no verdict, and the worker is not told to hand anything back.
   CHECK(!state().drained());
   CHECK(state().drain_blocker().empty());
+  CHECK(!s.Worker(5).draining());
 
   service::DrainWorkersRequest drain;
   drain.add_worker_addresses("hostA:1");
   service::DrainWorkersResponse drained;
   REQUIRE(s.h.service().DrainWorkers(drain, &drained).ok());
+  CHECK(s.Worker(5).draining());  // the heartbeat answer says so
   CHECK(!state().drained());
-  CHECK(state().splits_held() == 2);  // handed out, not started: still the worker's to read
-  CHECK(state().drain_blocker() == "2 splits not finished");
+  CHECK(state().splits_held() == 3);  // 1 and 2 handed out, 0 being read
+  CHECK(state().drain_blocker() == "3 splits not finished");
 
-  REQUIRE(splits(2, {0, 1}, {}).splits_size() == 0);  // both started, none finished; no new split
-  CHECK(state().splits_held() == 2);
-  REQUIRE(splits(2, {}, {0}).splits_size() == 0);
+  // The worker hands back 1 and 2 unstarted, and split 0 at its reader's position 4.
+  const service::GetSplitsResponse back = splits({0, {}, {1, 2}, {}});
+  CHECK(back.release());
+  CHECK(back.splits_size() == 0);
   CHECK(state().splits_held() == 1);
-  REQUIRE(splits(2, {}, {1}).splits_size() == 0);
+  splits({0, {}, {}, std::make_pair(uint64_t{0}, int64_t{4})});
   CHECK(state().splits_held() == 0);
+  CHECK(state().drain_blocker() ==
+        "1 task handed its input back and still producing (its pipeline flushes what it read, its buffer waits for clients)");
 
-  // Every split finished; 20 produced, 15 received: 5 in buffers or in the transport.
-  s.Worker(20);
+  // Its task ended (pipeline flushed, buffer read): 20 produced, 15 received so far.
+  s.Worker(20, /*finished=*/true);
   service::ClientHeartbeatResponse c;
   REQUIRE(s.Client(15, &c).ok());
   CHECK(!state().drained());
   CHECK(state().undelivered_elements() == 5);
   CHECK(state().drain_blocker() == "5 elements produced and not yet received by clients");
-
-  // All received, but only one heartbeat since the last split report: its count may be stale.
   REQUIRE(s.Client(20, &c).ok());
   CHECK(state().undelivered_elements() == 0);
   CHECK(!state().drained());
   CHECK(state().drain_blocker() == "1 of 2 heartbeats since its last split report");
-  s.Worker(20);
+  s.Worker(20, true);
   CHECK(state().drained());
   CHECK(state().drain_blocker().empty());
-
-  // A GetSplits carrying no acknowledgement or progress (polling) leaves the verdict standing.
-  splits(0, {}, {});
-  CHECK(state().drained());
   // More produced than received again (the worker produced after all): not drained.
-  s.Worker(21);
+  s.Worker(21, true);
   CHECK(!state().drained());
   CHECK(state().undelivered_elements() == 1);
+}
+
+TEST_CASE("dispatcher: what a drained worker handed back is read by another, from the exact position") {
+  Setup s;
+  s.Worker(0);
+  service::GetSplitsRequest req;
+  req.set_task_id(s.task);
+  req.set_worker_address("hostA:1");
+  req.set_max_splits(2);
+  service::GetSplitsResponse resp;
+  REQUIRE(s.h.service().GetSplits(req, &resp).ok());
+  REQUIRE(resp.splits_size() == 2);
+  req.set_max_splits(0);
+  req.add_started_split_indices(resp.splits(0).index());
+  REQUIRE(s.h.service().GetSplits(req, &resp).ok());
+  service::DrainWorkersRequest drain;
+  drain.add_worker_addresses("hostA:1");
+  service::DrainWorkersResponse drained;
+  REQUIRE(s.h.service().DrainWorkers(drain, &drained).ok());
+  req.clear_started_split_indices();
+  req.add_returned_split_indices(1);
+  auto* p = req.add_progress();
+  p->set_index(0);
+  p->set_lease_end(7);
+  p->set_released(true);
+  REQUIRE(s.h.service().GetSplits(req, &resp).ok());
+  // A malformed release is refused, naming the field.
+  service::GetSplitsRequest bad = req;
+  bad.mutable_progress(0)->set_lease_end(-1);
+  const absl::Status refused = s.h.service().GetSplits(bad, &resp);
+  CHECK(refused.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(refused.message()).find("progress[0] releases split 0") != std::string::npos);
+  bad.clear_progress();
+  bad.add_returned_split_indices(1u << 30);
+  CHECK(s.h.service().GetSplits(bad, &resp).code() == absl::StatusCode::kInvalidArgument);
+  // A second worker joins: its task gets split 0 from element 7 on, then split 1 whole.
+  service::GetSplitsRequest other;
+  other.set_task_id(s.OtherWorker("hostB:1"));
+  other.set_worker_address("hostB:1");
+  other.set_max_splits(2);
+  resp.Clear();
+  REQUIRE(s.h.service().GetSplits(other, &resp).ok());
+  REQUIRE(resp.splits_size() == 2);
+  CHECK(resp.splits(0).index() == 0);
+  CHECK(resp.splits(0).skip() == 7);
+  CHECK(resp.splits(1).index() == 1);
+  CHECK(resp.splits(1).skip() == 0);
+  CHECK(!resp.release());
 }
 
 TEST_CASE("dispatcher: a worker deregistering cleanly is not counted as a loss") {

@@ -466,6 +466,7 @@ absl::Status DispatcherService::WorkerHeartbeat(const service::WorkerHeartbeatRe
     worker_seen_[address] = now;
     worker_stats_[address] = request.stats();
     ++heartbeats_since_split_report_[address];
+    response->set_draining(js_.state().FindWorker(address)->draining);  // its tasks hand their input back
     response->set_heartbeat_interval_ms(ToMillis(options_.heartbeat_interval));
     sequence = js_.LastSequence();
   }
@@ -481,7 +482,8 @@ absl::Status DispatcherService::GetSplits(const service::GetSplitsRequest& reque
     absl::StatusOr<SplitsCall> call = CheckSplitsRequest(js_.state(), request);
     if (!call.ok()) return call.status();
     worker_seen_[call->worker_address] = clock_->Now();  // a GetSplits proves the worker alive too
-    if (request.started_split_indices_size() > 0 || request.progress_size() > 0) {
+    if (request.started_split_indices_size() > 0 || request.progress_size() > 0 ||
+        request.returned_split_indices_size() > 0) {
       heartbeats_since_split_report_[call->worker_address] = 0;
     }
     if (absl::Status s = ServeSplits(js_, *call, request, max_splits, metrics_, response); !s.ok()) return s;

@@ -70,7 +70,12 @@ DrainVerdict EvaluateDrained(const DispatcherState& state, const DispatcherState
       if (static_task.empty()) static_task = absl::StrCat("task ", t, " is a static share of job ", job->id, " (drains when it ends)");
       continue;
     }
-    if (!job->splits) continue;
+    if (job->spec.num_consumers() > 0) {
+      if (static_task.empty()) static_task = absl::StrCat("task ", t, " serves coordinated reads of job ", job->id, " (drains when it ends)");
+      continue;
+    }
+    if (!job->splits || job->finished || task->finished) continue;
+    ++v.tasks_running;
     v.splits_held += static_cast<int64_t>(state.UnstartedSplitsOf(*job, t).size());
     for (const auto& [index, r] : job->splits->reading) {
       if (r.task == t) ++v.splits_held;
@@ -80,6 +85,10 @@ DrainVerdict EvaluateDrained(const DispatcherState& state, const DispatcherState
     v.blocker = static_task;
   } else if (v.splits_held > 0) {
     v.blocker = absl::StrCat(v.splits_held, v.splits_held == 1 ? " split" : " splits", " not finished");
+  } else if (v.tasks_running > 0) {
+    v.blocker = absl::StrCat(v.tasks_running, v.tasks_running == 1 ? " task" : " tasks",
+                             " handed its input back and still producing (its pipeline flushes what it read, its "
+                             "buffer waits for clients)");
   } else if (v.undelivered_elements > 0) {
     v.blocker = absl::StrCat(v.undelivered_elements, " elements produced and not yet received by clients");
   } else if (!worker.tasks.empty() && heartbeats_since_split_report < 2) {
