@@ -301,6 +301,7 @@ absl::Status DispatcherService::ClientHeartbeat(const service::ClientHeartbeatRe
       info->set_worker_host(worker->host);
       info->set_placement(worker->placement);
       info->set_starting_round(task->starting_round);
+      info->set_draining(worker->draining);
     }
     sequence = js_.LastSequence();
   }
