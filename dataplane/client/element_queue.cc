@@ -22,14 +22,14 @@ bool ElementQueue::HasRoomLocked(bool yields_to_local, bool drains) const {
   return buffered_bytes_ < budget && (limits_.max_outstanding_requests == 0 || outstanding_ < slots);
 }
 
-bool ElementQueue::AcquireSlot(CancelToken& stop, bool yields_to_local, bool drains) {
+bool ElementQueue::AcquireSlot(CancelToken& stop, bool yields_to_local, const std::atomic<bool>* drains) {
   // A cancel wakes the wait below: locking and unlocking the mutex makes abseil re-evaluate the
   // waiters' conditions (lock order: the token's mutex, then this one).
   CancelCallback wake(&stop, [this] { absl::MutexLock l(&mu_); });
   absl::MutexLock l(&mu_);
   auto can_go = [&] {
     mu_.AssertHeld();
-    return stop.cancelled() || closed_ || !fatal_.ok() || HasRoomLocked(yields_to_local, drains);
+    return stop.cancelled() || closed_ || !fatal_.ok() || HasRoomLocked(yields_to_local, drains != nullptr && drains->load());
   };
   if (!can_go()) {
     ++backpressure_waits_;

@@ -21,6 +21,7 @@
 #ifndef SLUICE_DATAPLANE_CLIENT_ELEMENT_QUEUE_H_
 #define SLUICE_DATAPLANE_CLIENT_ELEMENT_QUEUE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -66,8 +67,10 @@ class ElementQueue {
   // ---- producers
   // Waits for room and takes a slot; false (no slot) once `stop` is cancelled, or the queue is
   // closed or failed. `yields_to_local`: see the class comment.
-  // `drains`: the reader's task is on a draining worker (it never yields).
-  bool AcquireSlot(CancelToken& stop, bool yields_to_local = false, bool drains = false) ABSL_LOCKS_EXCLUDED(mu_);
+  // `drains` (may be null): the reader's task is on a draining worker, so it never yields; read at
+  // every evaluation of the wait (it may turn true while the reader waits: SetReaders follows).
+  bool AcquireSlot(CancelToken& stop, bool yields_to_local = false, const std::atomic<bool>* drains = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void ReleaseSlot() ABSL_LOCKS_EXCLUDED(mu_);
   // Appends what one read gave, holding its slot until the last of them is popped; an empty push
   // releases the slot.

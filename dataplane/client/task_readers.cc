@@ -177,7 +177,7 @@ void TaskReaderSet::ReaderLoop(Reader* r) {
     // holds a recycled buffer (buffers_) for the next parse.
     service::GetElementsResponse resp;
     while (true) {
-      if (!queue_->AcquireSlot(r->stop, r->yields_to_local, r->draining.load())) break;
+      if (!queue_->AcquireSlot(r->stop, r->yields_to_local, &r->draining)) break;
       if (!stream->Read(&resp)) {
         queue_->ReleaseSlot();
         break;
