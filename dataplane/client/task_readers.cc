@@ -55,6 +55,9 @@ void TaskReaderSet::Update(const std::vector<service::TaskInfo>& tasks, bool job
         ++it;
       }
     }
+    for (const auto& t : tasks) {  // a worker being drained is read first from now on
+      if (auto it = readers_.find(t.task_id()); it != readers_.end()) it->second->draining = t.draining();
+    }
     if (!stopped_ && !job_finished_ && !queue_->failed()) {
       for (const auto& t : tasks) {
         if (wanted.count(t.task_id()) && !readers_.count(t.task_id()) && !finished_tasks_.count(t.task_id())) {
@@ -121,6 +124,7 @@ void TaskReaderSet::StartReaderLocked(const service::TaskInfo& info) {
   reader->local = IsLocalTask(info, opts_.client_host);
   reader->yields_to_local = !reader->local && opts_.target_workers == service::TARGET_WORKERS_AUTO &&
                             opts_.sharding != service::SHARDING_OFF;
+  reader->draining = info.draining();
   Reader* r = reader.get();
   readers_[info.task_id()] = std::move(reader);
   r->thread = std::thread([this, r] { ReaderLoop(r); });
@@ -128,12 +132,14 @@ void TaskReaderSet::StartReaderLocked(const service::TaskInfo& info) {
 
 void TaskReaderSet::PublishLocked() {
   bool local_active = false;
+  bool draining_active = false;
   bool all_done = true;
   for (const auto& [id, r] : readers_) {
     if (!r->stop.cancelled() && !r->done && r->local) local_active = true;
+    if (!r->stop.cancelled() && !r->done && r->draining.load()) draining_active = true;
     if (!r->done) all_done = false;
   }
-  queue_->SetReaders(static_cast<int64_t>(readers_.size()), local_active);
+  queue_->SetReaders(static_cast<int64_t>(readers_.size()), local_active, draining_active);
   if (job_finished_ && all_done) queue_->SetEnd();
 }
 
@@ -171,7 +177,7 @@ void TaskReaderSet::ReaderLoop(Reader* r) {
     // holds a recycled buffer (buffers_) for the next parse.
     service::GetElementsResponse resp;
     while (true) {
-      if (!queue_->AcquireSlot(r->stop, r->yields_to_local)) break;
+      if (!queue_->AcquireSlot(r->stop, r->yields_to_local, &r->draining)) break;
       if (!stream->Read(&resp)) {
         queue_->ReleaseSlot();
         break;

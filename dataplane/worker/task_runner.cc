@@ -102,6 +102,8 @@ class PipelineProducer : public ElementProducer {
       iterator_.reset();
       if (dynamic_ != nullptr) LogDynamicEpoch();
       ++epoch_;
+      // Input handed back (a drained worker): what was read is produced, no further epoch here.
+      if (dynamic_ != nullptr && dynamic_->releasing()) return std::optional<EncodedElementPtr>();
       if (produced_in_epoch_ > 0) {
         empty_epoch_backoff_ = absl::Milliseconds(10);
         continue;
@@ -123,6 +125,9 @@ class PipelineProducer : public ElementProducer {
 
   std::vector<uint64_t> TakeUnreportedStarts() override {
     return dynamic_ != nullptr ? dynamic_->TakeUnreportedStarts() : std::vector<uint64_t>();
+  }
+  void ReleaseInput() override {
+    if (dynamic_ != nullptr) dynamic_->RequestRelease();
   }
   void RestoreUnreportedStarts(const std::vector<uint64_t>& indices) override {
     if (dynamic_ != nullptr) dynamic_->RestoreUnreportedStarts(indices);

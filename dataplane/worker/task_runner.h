@@ -80,6 +80,9 @@ class ElementProducer {
   // Dynamic sharding: started splits to acknowledge (see DispatcherSplitProvider).
   virtual std::vector<uint64_t> TakeUnreportedStarts() { return {}; }
   virtual void RestoreUnreportedStarts(const std::vector<uint64_t>&) {}
+  // Dynamic sharding, a drained worker: hand the input back (DispatcherSplitProvider::RequestRelease)
+  // and end once what was read is produced. Any thread; idempotent. Other producers ignore it.
+  virtual void ReleaseInput() {}
 };
 
 // The producer for `task`: SharedProducer when it asks for cross-job sharing, else PipelineProducer.
@@ -136,6 +139,9 @@ class TaskRunner {
   // The elements of this task the job's clients reported received (from a dispatcher heartbeat
   // answer; only growth counts). Streaming tasks under max_undelivered_elements resume on it.
   virtual void SetDelivered(int64_t /*elements*/) {}
+  // The dispatcher drains the worker: a DYNAMIC task hands its splits back and ends once its
+  // pipeline flushed what it read (ElementProducer::ReleaseInput). Any thread; idempotent.
+  virtual void ReleaseInput() {}
 
  protected:
   const service::TaskDef def_;
@@ -159,6 +165,7 @@ class StreamingTaskRunner : public TaskRunner {
   std::vector<uint64_t> TakeUnreportedStarts() override { return producer_->TakeUnreportedStarts(); }
   void RestoreUnreportedStarts(const std::vector<uint64_t>& i) override { producer_->RestoreUnreportedStarts(i); }
   void SetDelivered(int64_t elements) override;
+  void ReleaseInput() override { producer_->ReleaseInput(); }
 
  private:
   void ProduceLoop();

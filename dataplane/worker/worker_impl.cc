@@ -179,6 +179,20 @@ absl::Status WorkerImpl::Heartbeat(const CallOptions& options) {
         .With("num_consumers", static_cast<int64_t>(task->num_consumers()))
         .With("cross_job_sharing", task->cross_job_sharing());
   }
+  if (response->draining()) {
+    // The dispatcher drains this worker (it is about to be removed): its tasks hand their input
+    // back and end once what they read has been served. Idempotent.
+    bool first = false;
+    std::vector<std::shared_ptr<TaskRunner>> all;
+    {
+      absl::MutexLock lock(&mu_);
+      first = !input_released_;
+      input_released_ = true;
+      for (const auto& [id, runner] : tasks_) all.push_back(runner);
+    }
+    if (first) SLUICE_LOG(Info, "drained by the dispatcher: handing splits back").With("tasks", static_cast<int64_t>(all.size()));
+    for (auto& runner : all) runner->ReleaseInput();
+  }
   std::vector<std::shared_ptr<TaskRunner>> removed;
   {
     absl::MutexLock lock(&mu_);

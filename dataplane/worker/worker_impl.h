@@ -103,6 +103,7 @@ class WorkerImpl {
   std::map<int64_t, std::shared_ptr<TaskRunner>> tasks_ ABSL_GUARDED_BY(mu_);
   bool registered_ ABSL_GUARDED_BY(mu_) = false;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool input_released_ ABSL_GUARDED_BY(mu_) = false;  // the dispatcher said draining: tasks handed input back
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool heartbeat_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool heartbeats_stopping_ ABSL_GUARDED_BY(mu_) = false;
