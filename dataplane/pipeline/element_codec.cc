@@ -122,6 +122,14 @@ WireBytes WireBytes::FromString(std::string bytes) {
   return out;
 }
 
+WireBytes WireBytes::Unowned(const char* data, size_t size) {
+  WireBytes out;
+  if (size == 0) return out;
+  out.size_ = size;
+  out.ranges_.push_back(Range{data, size, nullptr});
+  return out;
+}
+
 std::string WireBytes::Flatten() const& {
   std::string out;
   out.reserve(size_);
@@ -189,6 +197,80 @@ WireBytes EncodeElementWire(const Element& element, size_t min_view_bytes) {
 
 std::string EncodeElement(const Element& element) {
   return EncodeElementWire(element, std::numeric_limits<size_t>::max()).Flatten();
+}
+
+namespace {
+
+// The header's bytes (before the padding to kAlign).
+size_t HeaderSize(const Element& element) {
+  size_t n = 4 + 4 + 8;
+  for (const auto& [name, t] : element.fields()) {
+    n += 2 + name.size() + 1 + 1 + 8 * static_cast<size_t>(t.rank()) + 8;
+    if (t.dtype() == DType::kString) n += 8 + 8 * t.strings().size();
+  }
+  return n;
+}
+
+// The bytes EncodeElementWire appends for a field's payload.
+size_t PayloadSize(const Tensor& t) {
+  if (t.dtype() != DType::kString) return t.nbytes();
+  size_t n = 0;
+  for (auto s : t.strings()) n += s.size();
+  return n;
+}
+
+template <typename T>
+char* PutRaw(char* out, T v) {
+  std::memcpy(out, &v, sizeof(T));
+  return out + sizeof(T);
+}
+
+}  // namespace
+
+size_t EncodedElementSize(const Element& element) {
+  size_t n = AlignUp(HeaderSize(element));
+  for (const auto& [name, t] : element.fields()) n = AlignUp(n + PayloadSize(t));
+  return n;
+}
+
+void EncodeElementTo(const Element& element, char* out) {
+  char* const start = out;
+  auto pad = [&] {
+    const size_t at = static_cast<size_t>(out - start);
+    const size_t to = AlignUp(at);
+    std::memset(out, 0, to - at);
+    out += to - at;
+  };
+  std::memcpy(out, kMagic, 4);
+  out += 4;
+  out = PutRaw<uint32_t>(out, static_cast<uint32_t>(element.fields().size()));
+  out = PutRaw<uint64_t>(out, element.key());
+  for (const auto& [name, t] : element.fields()) {
+    out = PutRaw<uint16_t>(out, static_cast<uint16_t>(name.size()));
+    std::memcpy(out, name.data(), name.size());
+    out += name.size();
+    out = PutRaw<uint8_t>(out, static_cast<uint8_t>(t.dtype()));
+    out = PutRaw<uint8_t>(out, static_cast<uint8_t>(t.rank()));
+    for (int64_t d : t.shape()) out = PutRaw<int64_t>(out, d);
+    out = PutRaw<uint64_t>(out, t.ByteSize());
+    if (t.dtype() == DType::kString) {
+      out = PutRaw<uint64_t>(out, t.strings().size());
+      for (auto s : t.strings()) out = PutRaw<uint64_t>(out, s.size());
+    }
+  }
+  pad();
+  for (const auto& [name, t] : element.fields()) {
+    if (t.dtype() == DType::kString) {
+      for (auto s : t.strings()) {
+        std::memcpy(out, s.data(), s.size());
+        out += s.size();
+      }
+    } else if (t.nbytes() > 0) {
+      std::memcpy(out, t.raw(), t.nbytes());
+      out += t.nbytes();
+    }
+    pad();
+  }
 }
 
 absl::StatusOr<Element> DecodeElement(std::shared_ptr<const std::string> bytes) {
@@ -272,7 +354,7 @@ namespace {
 
 // lz4 unless `total` is small or the first 64 KiB of `data` barely compress.
 Codec ChooseCodecFromSample(size_t total, absl::string_view data) {
-  if (total < 4096 || data.empty()) return Codec::kNone;
+  if (total < kMinCompressedBytes || data.empty()) return Codec::kNone;
   size_t sample = std::min<size_t>(data.size(), 64 << 10);
   std::string out(static_cast<size_t>(LZ4_compressBound(static_cast<int>(sample))), '\0');
   int n = LZ4_compress_fast(data.data(), out.data(), static_cast<int>(sample), static_cast<int>(out.size()), 1);
