@@ -26,7 +26,7 @@ size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 // Reads fixed-size values with bounds checks.
 class Reader {
  public:
-  Reader(const std::string& s) : s_(s) {}
+  Reader(absl::string_view s) : s_(s) {}
   template <typename T>
   bool Get(T* v) {
     if (pos_ + sizeof(T) > s_.size()) return false;
@@ -43,7 +43,7 @@ class Reader {
   size_t pos() const { return pos_; }
 
  private:
-  const std::string& s_;
+  absl::string_view s_;
   size_t pos_ = 0;
 };
 
@@ -274,7 +274,18 @@ void EncodeElementTo(const Element& element, char* out) {
 }
 
 absl::StatusOr<Element> DecodeElement(std::shared_ptr<const std::string> bytes) {
-  const std::string& s = *bytes;
+  const absl::string_view s(*bytes);
+  return DecodeElement(std::move(bytes), s);
+}
+
+absl::StatusOr<Element> DecodeElement(std::shared_ptr<const void> owner, absl::string_view s) {
+  Element e;
+  if (absl::Status status = DecodeElementTo(std::move(owner), s, &e); !status.ok()) return status;
+  return e;
+}
+
+absl::Status DecodeElementTo(std::shared_ptr<const void> owner, absl::string_view s, Element* out) {
+  const std::shared_ptr<const void>& bytes = owner;
   Reader r(s);
   char magic[4];
   if (s.size() < 4 || std::memcmp(s.data(), kMagic, 4) != 0) return Corrupt(0, "bad magic (not a Sluice element)");
@@ -290,7 +301,7 @@ absl::StatusOr<Element> DecodeElement(std::shared_ptr<const std::string> bytes) 
     uint64_t bytes;
     std::vector<uint64_t> lengths;
   };
-  std::vector<FieldHeader> headers(count);
+  absl::InlinedVector<FieldHeader, 4> headers(count);
   for (auto& h : headers) {
     uint16_t name_len;
     uint8_t dtype, rank;
@@ -324,7 +335,8 @@ absl::StatusOr<Element> DecodeElement(std::shared_ptr<const std::string> bytes) 
     }
   }
   size_t pos = AlignUp(r.pos());
-  Element e;
+  Element& e = *out;
+  e = Element();
   e.set_key(key);
   for (auto& h : headers) {
     if (pos > s.size() || h.bytes > s.size() - pos) {
@@ -338,16 +350,16 @@ absl::StatusOr<Element> DecodeElement(std::shared_ptr<const std::string> bytes) 
         views.emplace_back(data + off, len);
         off += len;
       }
-      e.Set(h.name, Tensor::Strings(bytes, std::move(views), h.shape));
+      e.Set(std::move(h.name), Tensor::Strings(bytes, std::move(views), h.shape));
     } else {
       Buffer b{bytes, reinterpret_cast<const uint8_t*>(data), h.bytes};
       auto t = Tensor::FromBuffer(h.dtype, h.shape, b);
       if (!t.ok()) return Corrupt(pos, t.status().message());
-      e.Set(h.name, *std::move(t));
+      e.Set(std::move(h.name), *std::move(t));
     }
     pos = AlignUp(pos + h.bytes);
   }
-  return e;
+  return absl::OkStatus();
 }
 
 namespace {

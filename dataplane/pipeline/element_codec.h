@@ -93,6 +93,10 @@ void EncodeElementTo(const Element& element, char* out);
 WireBytes EncodeElementWire(const Element& element, size_t min_view_bytes = 16 << 10);
 // Tensors of the result view `bytes` (kept alive through their owners).
 absl::StatusOr<Element> DecodeElement(std::shared_ptr<const std::string> bytes);
+// The same for bytes inside a larger buffer that `owner` keeps alive.
+absl::StatusOr<Element> DecodeElement(std::shared_ptr<const void> owner, absl::string_view bytes);
+// The same into `out` (what it held is replaced; on an error it holds part of the element).
+absl::Status DecodeElementTo(std::shared_ptr<const void> owner, absl::string_view bytes, Element* out);
 
 enum class Codec { kNone = 0, kLz4 = 1, kZstd = 2 };
 
