@@ -192,7 +192,7 @@ TEST_CASE("client_parser: small elements share a chunk and outlive the parser") 
   }
 }
 
-TEST_CASE("client_parser: malformed messages are errors naming the element; earlier elements are kept") {
+TEST_CASE("client_parser: malformed messages are errors naming what is wrong, after the elements before them") {
   service::GetElementsResponse m;
   *m.add_elements() = Wire(MakeElement(10), pipeline::Codec::kNone, service::COMPRESSION_NONE);
   const std::string good = m.SerializeAsString();

@@ -101,6 +101,9 @@ class ElementBuffer {
   bool drained() const;
 
  private:
+  absl::StatusOr<Batch> PopLocked(size_t max_elements, size_t max_bytes, CancelToken* cancel)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const size_t max_elements_;
   const size_t max_bytes_;
   const absl::Duration linger_;
