@@ -84,8 +84,8 @@ bool ProducerMayResume(size_t queued, size_t queued_bytes, size_t incoming_bytes
   return queued <= max_elements / 2 && queued_bytes <= max_bytes / 2 && queued_bytes + incoming_bytes <= max_bytes;
 }
 
-ElementBuffer::ElementBuffer(size_t max_elements, size_t max_bytes, absl::Duration linger)
-    : max_elements_(std::max<size_t>(1, max_elements)), max_bytes_(std::max<size_t>(1, max_bytes)), linger_(linger) {}
+ElementBuffer::ElementBuffer(size_t max_elements, size_t max_bytes)
+    : max_elements_(std::max<size_t>(1, max_elements)), max_bytes_(std::max<size_t>(1, max_bytes)) {}
 
 bool ElementBuffer::Push(EncodedElementPtr element, CancelToken* cancel) {
   const size_t size = element->size();
@@ -158,14 +158,6 @@ absl::StatusOr<ElementBuffer::Batch> ElementBuffer::PopLocked(size_t max_element
   // Cancellation only ends a wait: what is there is handed out.
   if (queue_.empty() && !closed_) return absl::CancelledError("read cancelled");
   max_elements = std::max<size_t>(1, max_elements);
-  if (linger_ > absl::ZeroDuration() && !closed_ && !IsCancelled(cancel)) {
-    const size_t fill_elements = std::max<size_t>(1, std::min(max_elements, max_elements_ / 2));
-    const size_t fill_bytes = std::max<size_t>(1, std::min(max_bytes, max_bytes_ / 2));
-    auto filled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return closed_ || IsCancelled(cancel) || queue_.size() >= fill_elements || bytes_ >= fill_bytes;
-    };
-    if (!filled()) mu_.AwaitWithTimeout(absl::Condition(&filled), linger_);
-  }
   Batch batch;
   size_t batch_bytes = 0;
   while (!queue_.empty() && batch.elements.size() < max_elements) {

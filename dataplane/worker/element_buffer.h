@@ -69,8 +69,7 @@ bool ProducerMayResume(size_t queued, size_t queued_bytes, size_t incoming_bytes
 
 class ElementBuffer {
  public:
-  // `linger`: see Pop.
-  ElementBuffer(size_t max_elements, size_t max_bytes, absl::Duration linger = absl::ZeroDuration());
+  ElementBuffer(size_t max_elements, size_t max_bytes);
 
   // Appends, waiting while the buffer is full; a producer that had to wait resumes once the
   // readers emptied about half of it. False when the buffer is closed, or when `cancel` fires
@@ -88,10 +87,8 @@ class ElementBuffer {
   };
   // Takes at least one element and then whatever else is buffered, up to `max_elements` and
   // `max_bytes` (the first element always counts). Waits until an element is available or the
-  // buffer is closed and empty; then, with a `linger`, up to that long more while the buffer is
-  // less than half full (and below `max_elements` and `max_bytes`), so that a reader faster than
-  // its producer takes a batch per wake-up rather than an element or two. CANCELLED when `cancel`
-  // fires; the close status when closed with an error and empty.
+  // buffer is closed and empty. CANCELLED when `cancel` fires; the close status when closed with an
+  // error and empty.
   absl::StatusOr<Batch> Pop(size_t max_elements, size_t max_bytes, CancelToken* cancel);
 
   size_t size() const;
@@ -106,7 +103,6 @@ class ElementBuffer {
 
   const size_t max_elements_;
   const size_t max_bytes_;
-  const absl::Duration linger_;
   mutable absl::Mutex mu_;
   std::deque<EncodedElementPtr> queue_ ABSL_GUARDED_BY(mu_);
   size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;

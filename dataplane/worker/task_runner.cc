@@ -306,7 +306,7 @@ StreamingTaskRunner::StreamingTaskRunner(service::TaskDef def, std::unique_ptr<E
                                          const TaskRunnerOptions& options)
     : TaskRunner(std::move(def)),
       producer_(std::move(producer)),
-      buffer_(options.buffer_elements, options.buffer_bytes, options.stream_linger),
+      buffer_(options.buffer_elements, options.buffer_bytes),
       max_undelivered_(options.max_undelivered_elements) {
   thread_ = std::thread([this] { ProduceLoop(); });
 }

@@ -47,10 +47,6 @@ namespace sluice::worker {
 struct TaskRunnerOptions {
   size_t buffer_elements = 256;             // per task
   size_t buffer_bytes = 64 << 20;           // per task
-  // Streaming tasks: how long a GetElements stream waits for its task's buffer to fill to half
-  // before it sends what there is (ElementBuffer::Pop). Fewer, larger responses and fewer thread
-  // wake-ups per element when readers outpace the pipeline, at up to this much latency.
-  absl::Duration stream_linger = absl::Milliseconds(1);
   // Streaming tasks: the producer pauses while it has produced this many elements more than the
   // job's clients reported received (relayed by the dispatcher, see SetDelivered): what a killed
   // worker can take with it. 0: no cap (the buffer bounds alone).
