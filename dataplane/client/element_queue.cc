@@ -56,7 +56,7 @@ void ElementQueue::Push(std::vector<DecodedElement> elements) {
   for (size_t i = 0; i < elements.size(); ++i) {
     const int64_t bytes = static_cast<int64_t>(elements[i].bytes);
     buffered_bytes_ += bytes;
-    queue_.push_back(Buffered{std::move(elements[i].element), bytes, i + 1 == elements.size()});
+    queue_.emplace_back(std::move(elements[i].element), bytes, i + 1 == elements.size());
   }
   peak_buffered_bytes_ = std::max(peak_buffered_bytes_, buffered_bytes_);
 }
@@ -91,29 +91,34 @@ absl::StatusOr<std::optional<pipeline::Element>> ElementQueue::Pop(std::optional
     mu_.AssertHeld();
     return !queue_.empty() || !fatal_.ok() || closed_ || end_;
   };
-  ++waiting_consumers_;
-  if (timeout) {
-    mu_.AwaitWithTimeout(absl::Condition(&ready), *timeout);
-  } else {
-    mu_.Await(absl::Condition(&ready));
+  // An element already there was not waited for: no second clock reading (one per element counts).
+  const bool wait = !ready();
+  if (wait) {
+    ++waiting_consumers_;
+    if (timeout) {
+      mu_.AwaitWithTimeout(absl::Condition(&ready), *timeout);
+    } else {
+      mu_.Await(absl::Condition(&ready));
+    }
+    --waiting_consumers_;
   }
-  --waiting_consumers_;
-  const absl::Time end = stall_clock_();
+  const absl::Time end = wait ? stall_clock_() : start;
   if (closed_) {
     stall_.RecordWait(start, end, StallMeter::Outcome::kNothing);
     last_error_ = absl::CancelledError("the data service client was cancelled");
     return last_error_;
   }
   if (!queue_.empty()) {
-    Buffered b = std::move(queue_.front());
-    queue_.pop_front();
+    Buffered& b = queue_.front();
     buffered_bytes_ -= b.bytes;
     if (b.ends_request) --outstanding_;
     ++elements_total_;
     bytes_total_ += b.bytes;
     last_activity_ = absl::Now();
     stall_.RecordWait(start, end, StallMeter::Outcome::kElement);
-    return std::optional<pipeline::Element>(std::move(b.element));
+    absl::StatusOr<std::optional<pipeline::Element>> out(absl::in_place, std::move(b.element));
+    queue_.pop_front();
+    return out;
   }
   if (!fatal_.ok()) {
     stall_.RecordWait(start, end, StallMeter::Outcome::kNothing);

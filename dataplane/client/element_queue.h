@@ -109,6 +109,7 @@ class ElementQueue {
 
  private:
   struct Buffered {
+    Buffered(pipeline::Element&& e, int64_t b, bool ends) : element(std::move(e)), bytes(b), ends_request(ends) {}
     pipeline::Element element;
     int64_t bytes = 0;
     bool ends_request = false;  // last element of a push: popping it returns that push's slot

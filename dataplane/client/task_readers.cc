@@ -173,12 +173,12 @@ void TaskReaderSet::ReaderLoop(Reader* r) {
     bool end_of_sequence = false;
     bool progressed = false;
     absl::Status bad;
-    // Reused across reads: protobuf keeps its ElementData objects, and each element's data field
-    // holds a recycled buffer (buffers_) for the next parse.
-    service::GetElementsResponse resp;
+    // Copies each element's bytes once out of gRPC's slices, small ones into shared chunks.
+    ResponseParser parser(opts_.max_element_bytes, buffers_);
+    grpc::ByteBuffer message;
     while (true) {
       if (!queue_->AcquireSlot(r->stop, r->yields_to_local, &r->draining)) break;
-      if (!stream->Read(&resp)) {
+      if (!stream->Read(&message)) {
         queue_->ReleaseSlot();
         break;
       }
@@ -186,17 +186,13 @@ void TaskReaderSet::ReaderLoop(Reader* r) {
         absl::MutexLock l(&mu_);
         r->reconnecting = reconnecting = false;
       }
-      std::vector<DecodedElement> decoded;
-      decoded.reserve(static_cast<size_t>(resp.elements_size()));
-      for (int i = 0; i < resp.elements_size(); ++i) {
-        auto d = DecodeElementData(*resp.mutable_elements(i), opts_.max_element_bytes, buffers_.get());
-        if (!d.ok()) {
-          bad = absl::InvalidArgumentError(
-              absl::StrCat(where, ": malformed response (element ", i, "): ", d.status().message()));
-          break;
-        }
-        decoded.push_back(*std::move(d));
+      ParsedResponse resp;
+      if (absl::Status s = parser.Parse(message, &resp); !s.ok()) {
+        bad = absl::InvalidArgumentError(
+            absl::StrCat(where, ": malformed response (element ", resp.elements.size(), "): ", s.message()));
       }
+      message.Clear();
+      std::vector<DecodedElement>& decoded = resp.elements;
       // Elements decoded before a malformed one are still delivered, then the error.
       if (bad.ok() || !decoded.empty()) progressed = true;
       if (!decoded.empty()) {
@@ -208,7 +204,7 @@ void TaskReaderSet::ReaderLoop(Reader* r) {
         queue_->Fail(bad);
         break;
       }
-      if (resp.end_of_sequence()) {
+      if (resp.end_of_sequence) {
         end_of_sequence = true;
         break;
       }

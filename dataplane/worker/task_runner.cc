@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "dataplane/pipeline/plugin.h"
 #include "dataplane/pipeline/spec_parser.h"
+#include "dataplane/worker/response_encoder.h"
 
 namespace sluice::worker {
 namespace {
@@ -93,7 +94,7 @@ class PipelineProducer : public ElementProducer {
         return Annotate(next.status(), task_, "pipeline");
       }
       if (next->has_value()) {
-        auto encoded = EncodeForWire(**next, task_.compression());
+        auto encoded = encoder_.Encode(**next, task_.compression());
         if (!encoded.ok()) return Annotate(encoded.status(), task_, "encoding an element");
         ++produced_in_epoch_;
         if (metrics_ != nullptr) metrics_->AddProduced(1, static_cast<int64_t>((*encoded)->size()));
@@ -177,6 +178,7 @@ class PipelineProducer : public ElementProducer {
   absl::Time epoch_start_;
   SplitProviderStats last_stats_;
   absl::Duration empty_epoch_backoff_ = absl::Milliseconds(10);
+  WireEncoder encoder_;
 };
 
 // Reads the shared run of the task's dataset, one run per epoch.
