@@ -130,6 +130,7 @@ class PipelineProducer : public ElementProducer {
   void ReleaseInput() override {
     if (dynamic_ != nullptr) dynamic_->RequestRelease();
   }
+  bool Releasing() const override { return dynamic_ != nullptr && dynamic_->releasing(); }
   void RestoreUnreportedStarts(const std::vector<uint64_t>& indices) override {
     if (dynamic_ != nullptr) dynamic_->RestoreUnreportedStarts(indices);
   }
@@ -380,6 +381,11 @@ absl::StatusOr<ElementBuffer::Batch> StreamingTaskRunner::GetNextBatch(size_t ma
 absl::StatusOr<RoundElement> StreamingTaskRunner::GetRoundElement(int64_t, int64_t, bool, CancelToken*) {
   return absl::FailedPreconditionError(absl::StrCat("task_id ", task_id(),
                                                     " is not a coordinated-read task (num_consumers 0): use GetElements"));
+}
+
+bool StreamingTaskRunner::HandBackDone() const {
+  if (!producer_->Releasing() || stopped_.load()) return true;
+  return buffer_.closed() && buffer_.size() == 0;
 }
 
 void StreamingTaskRunner::BeginDrain() {

@@ -83,6 +83,8 @@ class ElementProducer {
   // Dynamic sharding, a drained worker: hand the input back (DispatcherSplitProvider::RequestRelease)
   // and end once what was read is produced. Any thread; idempotent. Other producers ignore it.
   virtual void ReleaseInput() {}
+  // Whether the input is being handed back (ReleaseInput took effect).
+  virtual bool Releasing() const { return false; }
 };
 
 // The producer for `task`: SharedProducer when it asks for cross-job sharing, else PipelineProducer.
@@ -142,6 +144,9 @@ class TaskRunner {
   // The dispatcher drains the worker: a DYNAMIC task hands its splits back and ends once its
   // pipeline flushed what it read (ElementProducer::ReleaseInput). Any thread; idempotent.
   virtual void ReleaseInput() {}
+  // True unless the task is handing its input back and has not yet produced its last element or
+  // had its buffer read (SIGTERM waits for this before it stops serving).
+  virtual bool HandBackDone() const { return true; }
 
  protected:
   const service::TaskDef def_;
@@ -166,6 +171,7 @@ class StreamingTaskRunner : public TaskRunner {
   void RestoreUnreportedStarts(const std::vector<uint64_t>& i) override { producer_->RestoreUnreportedStarts(i); }
   void SetDelivered(int64_t elements) override;
   void ReleaseInput() override { producer_->ReleaseInput(); }
+  bool HandBackDone() const override;
 
  private:
   void ProduceLoop();

@@ -161,7 +161,7 @@ absl::Status WorkerImpl::Heartbeat(const CallOptions& options) {
     registered_ = true;
     if (response->heartbeat_interval_ms() > 0) heartbeat_interval_ = absl::Milliseconds(response->heartbeat_interval_ms());
     for (const auto& task : response->new_tasks()) {
-      if (!draining_ && !stopping_ && tasks_.count(task.task_id()) == 0) to_create.push_back(&task);
+      if (!draining_ && !stopping_ && !input_released_ && tasks_.count(task.task_id()) == 0) to_create.push_back(&task);
     }
     for (const auto& received : response->received()) {  // what the clients got: room under the cap
       if (auto it = tasks_.find(received.task_id()); it != tasks_.end()) it->second->SetDelivered(received.elements());
@@ -315,6 +315,31 @@ absl::StatusOr<service::GetElementsResponse> WorkerImpl::GetElement(const servic
     data->set_round(request.round());
   }
   return response;
+}
+
+void WorkerImpl::HandBackInput() {
+  std::vector<std::shared_ptr<TaskRunner>> runners;
+  {
+    absl::MutexLock lock(&mu_);
+    input_released_ = true;
+    for (const auto& [id, runner] : tasks_) runners.push_back(runner);
+  }
+  for (auto& runner : runners) runner->ReleaseInput();
+}
+
+bool WorkerImpl::WaitForHandBack(absl::Time deadline) {
+  std::vector<std::shared_ptr<TaskRunner>> runners;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, runner] : tasks_) runners.push_back(runner);
+  }
+  while (true) {
+    const bool done = std::all_of(runners.begin(), runners.end(), [](const auto& r) { return r->HandBackDone(); });
+    if (done) return true;
+    if (absl::Now() >= deadline || stop_token_.WaitFor(std::min(absl::Milliseconds(10), deadline - absl::Now()))) {
+      return false;
+    }
+  }
 }
 
 void WorkerImpl::BeginDrain() {

@@ -71,6 +71,13 @@ class WorkerImpl {
   // The runner of `task_id`, waiting up to unknown_task_wait for a heartbeat to bring it.
   absl::StatusOr<std::shared_ptr<TaskRunner>> FindTask(int64_t task_id, CancelToken* cancel);
 
+  // SIGTERM's first step: dynamic-sharding tasks hand their input back (as when the dispatcher
+  // drains this worker: splits go back at their readers' positions, pipelines flush what they
+  // read) and no new task is taken. Idempotent.
+  void HandBackInput();
+  // Waits until every task that handed its input back has produced its last element and its
+  // buffer was read, or `deadline`. True when all have.
+  bool WaitForHandBack(absl::Time deadline);
   void BeginDrain();
   // Waits until no coordinated round is half served, or `deadline`. True when none is.
   bool WaitForInFlightRounds(absl::Time deadline);
