@@ -275,10 +275,11 @@ TEST_CASE("docs/metrics.md lists exactly the metrics a running dispatcher and wo
   auto client_options = PausableClient(*service, "documented");
   auto client = MakeClient(client_options);
   REQUIRE(ReadSome(*client, 500).size() == 500);
-  // Paused: the workers stall mid-split. SIGTERM one: it deregisters, and the split it was reading
-  // comes back as a remainder.
+  // Paused: the workers stall mid-split. Kill one (SIGKILL: a SIGTERM'd worker hands its splits
+  // back at its readers' positions instead): after the heartbeat timeout the dispatcher removes it,
+  // and the split it was reading comes back as a remainder from its lease's end.
   REQUIRE(PollUntil([&] { return client->stats().buffered_bytes >= client_options.max_buffered_bytes; }));
-  service->worker(0).process->Signal(SIGTERM);
+  service->worker(0).process->Signal(SIGKILL);
   auto exited = service->worker(0).process->Wait(absl::Seconds(30));
   REQUIRE(exited.ok());
   REQUIRE(service->WaitForWorkers(1, absl::Seconds(30)).ok());
