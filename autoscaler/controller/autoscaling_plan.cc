@@ -244,6 +244,7 @@ json HistoryToJson(const PolicyHistory& h) {
   if (h.last_change != absl::InfinitePast()) out["lastChange"] = op::FormatKubeTime(h.last_change);
   out["failuresInARow"] = h.failures_in_a_row;
   PutNumber(out, "capacityPerWorker", h.capacity_per_worker);
+  PutNumber(out, "cpuCapacityPerWorker", h.cpu_capacity_per_worker);
   if (h.surge_extra > 0) {
     out["surgeExtra"] = h.surge_extra;
     out["surgeTotal"] = h.surge_total;
@@ -281,6 +282,7 @@ PolicyHistory HistoryFromJson(const json& j) {
     h.failures_in_a_row = std::max(0, j["failuresInARow"].get<int32_t>());
   }
   h.capacity_per_worker = NumberField(j, "capacityPerWorker");
+  h.cpu_capacity_per_worker = NumberField(j, "cpuCapacityPerWorker");
   if (j.contains("surgeExtra") && j["surgeExtra"].is_number_integer() && j.contains("surgeTotal") &&
       j["surgeTotal"].is_number_integer()) {
     h.surge_extra = std::max(0, j["surgeExtra"].get<int32_t>());
