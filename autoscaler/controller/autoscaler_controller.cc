@@ -289,7 +289,7 @@ absl::StatusOr<kube::ReconcileResult> AutoscalerController::ReconcileKey(const s
   const std::string name = parts.size() == 2 ? parts[1] : key;
   const absl::Time now = options_.clock->Now();
   kube::ObjectPtr packed = dataservices_.Get(key);
-  const json unpacked = packed == nullptr ? json() : kube::UnpackObject(*packed);
+  json unpacked = packed == nullptr ? json() : kube::UnpackObject(*packed);
   const json* cached = packed == nullptr || !unpacked.is_object() ? nullptr : &unpacked;
   if (cached == nullptr || !AutoscalingEnabled(*cached)) {
     bool known = false;
@@ -313,7 +313,8 @@ absl::StatusOr<kube::ReconcileResult> AutoscalerController::ReconcileKey(const s
     if (said) return kube::ReconcileResult{};
   }
 
-  json object = *cached;
+  json object = std::move(unpacked);  // `cached` points at it until it moves into the plan's input
+  cached = nullptr;
   const int64_t generation = Field(object, {"metadata", "generation"}).is_number_integer()
                                  ? Field(object, {"metadata", "generation"}).get<int64_t>()
                                  : 0;
@@ -356,7 +357,8 @@ absl::StatusOr<kube::ReconcileResult> AutoscalerController::ReconcileKey(const s
       }
     }
   }
-  in.object = object;
+  in.object = std::move(object);
+  const json& dataservice = in.object;  // as read (status.autoscaler: the latest planned)
   Plan plan = PlanAutoscaling(in, options_.global);
 
   // Apply the spec (never forced: a conflict is reported).
@@ -392,13 +394,13 @@ absl::StatusOr<kube::ReconcileResult> AutoscalerController::ReconcileKey(const s
   }
   if (plan.spec && !applied) {
     // Nothing changed: keep the previous last change in the history.
-    const json& prev_history = Field(object, {"status", "autoscaler", "history"});
+    const json& prev_history = Field(dataservice, {"status", "autoscaler", "history"});
     if (prev_history.is_object() && prev_history.contains("lastChange")) {
       plan.status["history"]["lastChange"] = prev_history["lastChange"];
     } else {
       plan.status["history"].erase("lastChange");
     }
-    const json& prev_scale = Field(object, {"status", "autoscaler", "lastScaleTime"});
+    const json& prev_scale = Field(dataservice, {"status", "autoscaler", "lastScaleTime"});
     if (prev_scale.is_null()) {
       plan.status.erase("lastScaleTime");
     } else {
@@ -419,7 +421,7 @@ absl::StatusOr<kube::ReconcileResult> AutoscalerController::ReconcileKey(const s
     }
     if (it == memory_.end()) {
       // After a restart: compare with what the object holds.
-      const json& stored = Field(*cached, {"status", "autoscaler"});
+      const json& stored = Field(dataservice, {"status", "autoscaler"});
       if (stored.is_object() && SignificantStatus(stored) == significant && !applied) write = false;
     }
   }
@@ -435,7 +437,7 @@ absl::StatusOr<kube::ReconcileResult> AutoscalerController::ReconcileKey(const s
       write = false;
     }
   }
-  for (const EventNote& e : plan.events) Emit(object, e);
+  for (const EventNote& e : plan.events) Emit(dataservice, e);
 
   if (options_.metrics != nullptr && plan.decision) {
     AutoscalerMetrics::Outcome o;
@@ -466,7 +468,7 @@ absl::StatusOr<kube::ReconcileResult> AutoscalerController::ReconcileKey(const s
       m.written = now;
     }
   }
-  if (!AutoscalingEnabled(object)) return kube::ReconcileResult{};
+  if (!AutoscalingEnabled(dataservice)) return kube::ReconcileResult{};
   return kube::ReconcileResult{.requeue_after = options_.period};
 }
 

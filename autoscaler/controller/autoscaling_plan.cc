@@ -311,10 +311,12 @@ PolicyHistory HistoryFromJson(const json& j) {
 
 Plan PlanAutoscaling(const PlanInput& in, const GlobalSettings& global) {
   Plan plan;
-  const json previous = in.object.contains("status") && in.object["status"].is_object() &&
-                                in.object["status"].contains("autoscaler") && in.object["status"]["autoscaler"].is_object()
-                            ? in.object["status"]["autoscaler"]
-                            : json::object();
+  static const json kNoStatus = json::object();
+  const json& previous = in.object.contains("status") && in.object["status"].is_object() &&
+                                 in.object["status"].contains("autoscaler") &&
+                                 in.object["status"]["autoscaler"].is_object()
+                             ? in.object["status"]["autoscaler"]
+                             : kNoStatus;
   Conditions conditions(previous.contains("conditions") ? previous["conditions"] : json::array(), in.now);
   json& status = plan.status;
   status = json::object();
