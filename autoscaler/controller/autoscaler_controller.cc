@@ -121,14 +121,14 @@ json CompactDataService(json&& ds) {
 // The server-side apply of status.autoscaler (forced: the autoscaler owns it). The answer, the
 // whole DataService, is not parsed: nothing reads it (the watch brings the object), and a thousand
 // DataServices rewrite their status every few minutes.
-absl::Status ApplyStatus(kube::Client& client, const std::string& ns, const std::string& name, const json& body,
+absl::Status ApplyStatus(kube::Client& client, const std::string& ns, const std::string& name, const std::string& body,
                          const std::string& field_manager) {
   kube::WriteOptions w;
   w.field_manager = field_manager;
   w.force = true;
   const std::string path =
       absl::StrCat(DataServicesResource().ObjectPath(ns, name, "status"), kube::BuildQuery(w.ToQuery()));
-  auto answer = client.Send("PATCH", path, body.dump(), kube::PatchContentType(kube::PatchType::kApply));
+  auto answer = client.Send("PATCH", path, body, kube::PatchContentType(kube::PatchType::kApply));
   if (!answer.ok()) return answer.status();
   if (answer->status < 200 || answer->status >= 300) {
     return kube::StatusFromResponse(answer->status, answer->body, absl::StrCat("PATCH ", path));
@@ -148,8 +148,7 @@ kube::ResourceRef HorizontalPodAutoscalers() {
 }
 kube::ResourceRef ScaledObjects() { return kube::ResourceRef{"keda.sh", "v1alpha1", "scaledobjects", true}; }
 
-json SignificantStatus(const json& status) {
-  json s = status;
+json SignificantStatus(json s) {
   for (const char* volatile_key : {"inputs", "arithmetic", "history", "stallRatio", "demand", "lastDecision"}) {
     s.erase(volatile_key);  // measured numbers and times
   }
@@ -373,6 +372,7 @@ absl::StatusOr<kube::ReconcileResult> AutoscalerController::ReconcileKey(const s
         }
         in.observation = options_.signals->Observe(req, now);
       }
+      in.parsed = *std::move(parsed);  // the plan need not parse it again
     }
   }
   in.object = std::move(object);
@@ -427,7 +427,8 @@ absl::StatusOr<kube::ReconcileResult> AutoscalerController::ReconcileKey(const s
   }
 
   // Status: written when something significant changed, or every status_interval.
-  json significant = SignificantStatus(plan.status);
+  std::string status_text = plan.status.dump();
+  const json significant = SignificantStatus(std::move(plan.status));  // plan.status is not read below
   const std::string significant_text = significant.dump();
   bool write = true;
   {
@@ -444,10 +445,10 @@ absl::StatusOr<kube::ReconcileResult> AutoscalerController::ReconcileKey(const s
     }
   }
   if (write) {
-    json body = {{"apiVersion", "sluice.dev/v1alpha1"},
-                 {"kind", "DataService"},
-                 {"metadata", {{"name", name}, {"namespace", ns}}},
-                 {"status", {{"autoscaler", plan.status}}}};
+    // The apply body, around the status text already made (no copy of the status as a tree).
+    const std::string body = absl::StrCat(R"({"apiVersion":"sluice.dev/v1alpha1","kind":"DataService","metadata":{"name":)",
+                                          json(name).dump(), R"(,"namespace":)", json(ns).dump(),
+                                          R"(},"status":{"autoscaler":)", status_text, "}}");
     if (absl::Status s = ApplyStatus(*client_, ns, name, body, options_.field_manager); !s.ok()) {
       Log(absl::StrCat(key, ": cannot write status.autoscaler: ", s.ToString()));
       write = false;
@@ -476,7 +477,7 @@ absl::StatusOr<kube::ReconcileResult> AutoscalerController::ReconcileKey(const s
   {
     absl::MutexLock lock(&mu_);
     Memory& m = memory_[key];
-    m.status = plan.status.dump();
+    m.status = std::move(status_text);
     m.decided = now;
     m.generation = generation;
     if (write) {

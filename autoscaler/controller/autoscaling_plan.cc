@@ -325,13 +325,16 @@ Plan PlanAutoscaling(const PlanInput& in, const GlobalSettings& global) {
     return plan;
   };
 
-  auto parsed = op::ParseDataService(in.object);
-  if (!parsed.ok()) {
-    plan.skipped = std::string(parsed.status().message());
-    conditions.Set("ScalingActive", false, "InvalidSpec", plan.skipped);
-    return finish();
+  absl::StatusOr<op::DataService> parsed;
+  if (!in.parsed) {
+    parsed = op::ParseDataService(in.object);
+    if (!parsed.ok()) {
+      plan.skipped = std::string(parsed.status().message());
+      conditions.Set("ScalingActive", false, "InvalidSpec", plan.skipped);
+      return finish();
+    }
   }
-  const op::DataService& ds = *parsed;
+  const op::DataService& ds = in.parsed ? *in.parsed : *parsed;
   status["observedGeneration"] = ds.metadata.generation;
   if (!ds.spec.autoscaling.enabled) {
     plan.skipped = "spec.autoscaling.enabled is false";
