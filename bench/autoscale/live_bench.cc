@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -78,6 +79,14 @@ class PeriodMeter {
   absl::Time at_ ABSL_GUARDED_BY(mu_);
 };
 
+// /proc/loadavg's three load averages ("" when unreadable).
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  double a = 0, b = 0, c = 0;
+  if (!(in >> a >> b >> c)) return "";
+  return absl::StrFormat("%.2f %.2f %.2f", a, b, c);
+}
+
 // Brings the service to `n` serving workers (drained removals).
 absl::Status Resize(local::LocalDataService& s, int n) {
   std::vector<std::string> serving;
@@ -147,6 +156,7 @@ int RunLiveAutoscaleBenchmark(const LiveAutoscaleOptions& o, std::ostream& out, 
   std::string phase = "low";
   std::vector<LivePeriod> periods;
   const absl::Time start = absl::Now();
+  const std::string load_before = LoadAverage();
   autoscaler::LocalAutoscalerOptions ao;
   ao.period = absl::Seconds(o.period_s);
   ao.window = absl::Seconds(o.window_s);
@@ -186,6 +196,7 @@ int RunLiveAutoscaleBenchmark(const LiveAutoscaleOptions& o, std::ostream& out, 
   run_phase("after", after, o.low_step_ms);
   scaler.Stop();
   const double run_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const std::string load_after = LoadAverage();
   const autoscaler::LocalAutoscalerStats st = scaler.stats();
   std::vector<LivePeriod> ps;
   {
@@ -255,6 +266,8 @@ int RunLiveAutoscaleBenchmark(const LiveAutoscaleOptions& o, std::ostream& out, 
       {"benchmark", "autoscale_live"},
       {"smoke", o.smoke},
       {"quota", quota},
+      {"loadavg_before", load_before},  // /proc/loadavg: the machine's load over the schedule
+      {"loadavg_after", load_after},
       {"cpus_per_worker", o.cpus_per_worker},
       {"period_s", o.period_s},
       {"window_s", o.window_s},
