@@ -87,19 +87,28 @@ std::string LoadAverage() {
   return absl::StrFormat("%.2f %.2f %.2f", a, b, c);
 }
 
-// Brings the service to `n` serving workers (drained removals).
+// Brings the service to `n` serving workers for a static run: adds workers, or kills the surplus
+// (kill -9: a static run reads a fresh job, nothing of the one before matters), and kills the
+// workers the autoscaler left draining (their buffers belong to the finished job: they would
+// never drain, and would take CPU).
 absl::Status Resize(local::LocalDataService& s, int n) {
-  std::vector<std::string> serving;
+  int serving = 0;
+  bool killed_serving = false;
   for (const auto& w : s.ListWorkers()) {
-    if (w.serving()) serving.push_back(w.name);
+    if (w.exited) continue;
+    if (!w.serving() || serving >= n) {
+      killed_serving = killed_serving || w.serving();
+      s.KillWorker(w.index);
+      continue;
+    }
+    ++serving;
   }
-  if (static_cast<int>(serving.size()) < n) {
-    auto added = s.AddWorkers(n - static_cast<int>(serving.size()));
+  // A killed worker that was serving stays registered until its heartbeats time out; a fresh job
+  // must not be given tasks on it.
+  if (killed_serving) absl::SleepFor(absl::Milliseconds(s.options().worker_timeout_ms) + absl::Seconds(1));
+  if (serving < n) {
+    auto added = s.AddWorkers(n - serving);
     return added.ok() ? absl::OkStatus() : added.status();
-  }
-  if (static_cast<int>(serving.size()) > n) {
-    std::vector<std::string> go(serving.end() - (static_cast<int>(serving.size()) - n), serving.end());
-    return s.DrainAndStopWorkers(go, absl::Seconds(60));
   }
   return absl::OkStatus();
 }
