@@ -136,7 +136,9 @@ Sizing SizeFromSignals(const PolicyConfig& config, const Signals& signals, const
   }
 
   if (stalled && !out.stall_not_from_workers && a.supply_per_worker && *a.supply_per_worker > 0 &&
-      (settled || !history.capacity_per_worker)) {
+      (settled || (!history.capacity_per_worker && !history.cpu_capacity_per_worker))) {
+    // Unsettled (workers added within the window are still starting and make little): taken only
+    // when nothing better is known, else it would size from a fraction of a worker's capacity.
     a.capacity_per_worker = *a.supply_per_worker;  // the trainers wait, the buffers are empty: workers run flat out
     a.capacity_source = "saturated";
   } else if (a.utilization && *a.utilization >= 0.05 && a.supply_per_worker && *a.supply_per_worker > 0) {

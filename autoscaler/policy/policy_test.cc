@@ -453,6 +453,28 @@ TEST_CASE("a pool that never saturated is sized from its remembered CPU capacity
   CHECK_FALSE(Decide(c, Replicas(3), At(kT0, {0.0, 30, 30, 3, 0.3}), {}, kT0).history.cpu_capacity_per_worker);
 }
 
+TEST_CASE("a stall while new workers start is not taken for their capacity when the CPU one is known") {
+  PolicyConfig c = Config();
+  c.settle_time = absl::Seconds(30);
+  // 3 workers (1 CPU each), two of them started 2 s ago: the pool makes 90/s at 40 % of its CPU
+  // while the trainers stall (0.4). Busy before, a worker made 100/s per CPU.
+  PolicyHistory h;
+  h.cpu_capacity_per_worker = 100;
+  h.last_change = kT0 - absl::Seconds(2);
+  Signals s = At(kT0, {0.4, 90, 90, 3, 1.2});
+  DecisionResult r = Decide(c, Replicas(3), s, h, kT0);
+  INFO(r.decision.Summary());
+  CHECK(r.decision.arithmetic.capacity_source != "saturated");
+  CHECK(*r.decision.arithmetic.capacity_per_worker == Approx(75));  // 30/s per worker at 40 % of a CPU
+  CHECK_FALSE(r.history.capacity_per_worker.has_value());           // an unsettled measurement is not kept
+  // 150/s wanted x 0.95 x 1.1 / 75 = 2.09: 3 workers, not 30/s-per-worker's 6.
+  CHECK(r.decision.replicas == 3);
+  // Settled, the same numbers are a saturated measurement.
+  h.last_change = kT0 - absl::Minutes(5);
+  DecisionResult settled = Decide(c, Replicas(3), s, h, kT0);
+  CHECK(settled.decision.arithmetic.capacity_source == "saturated");
+}
+
 TEST_CASE("make before break: a shift adds the new pool's workers first, removes the old ones once they serve") {
   PolicyConfig c = Config();
   c.placement.policy = Placement::kHybrid;
