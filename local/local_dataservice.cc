@@ -446,11 +446,6 @@ absl::Status LocalDataService::SendDrainWorkers(const std::vector<std::string>& 
   return absl::OkStatus();
 }
 
-absl::Duration LocalDataService::QuietPeriod() const {
-  if (options_.drain_quiet_period > absl::ZeroDuration()) return options_.drain_quiet_period;
-  return std::max(absl::Seconds(1), absl::Milliseconds(4 * options_.heartbeat_interval_ms));
-}
-
 absl::Status LocalDataService::DrainAndStopWorkers(const std::vector<std::string>& names, absl::Duration timeout) {
   return DrainAndStopWorkers(names, timeout, nullptr);
 }
@@ -513,7 +508,6 @@ absl::Status LocalDataService::DrainAndStopWorkers(const std::vector<std::string
   }
   SLUICE_LOG(Info, "draining workers").With("workers", absl::StrJoin(names, ","));
 
-  const absl::Duration quiet = QuietPeriod();
   std::vector<std::string> problems;
   std::string dispatcher_error;
   while (true) {
@@ -534,11 +528,11 @@ absl::Status LocalDataService::DrainAndStopWorkers(const std::vector<std::string
           if (samples.ok()) {
             t.loads.push_back({absl::Now(), SumSamples(*samples, "sluice_worker_buffered_elements"),
                                SumSamples(*samples, "sluice_worker_elements_produced_total")});
-            // Only the latest quiet streak matters: keep what spans twice the quiet period.
-            while (t.loads.size() > 2 && t.loads.back().at - t.loads[1].at > 2 * quiet) t.loads.erase(t.loads.begin());
+            // Only the latest scrape is reported.
+            if (t.loads.size() > 1) t.loads.erase(t.loads.begin(), t.loads.end() - 1);
           }
         }
-        const WorkerDrainStatus verdict = EvaluateWorkerDrain(*state, t.address, t.loads, quiet);
+        const WorkerDrainStatus verdict = EvaluateWorkerDrain(*state, t.address);
         t.reason = verdict.reason;
         if (!verdict.drained) {
           if (absl::StrContains(verdict.reason, "not list it as draining")) not_draining.push_back(t.address);

@@ -82,9 +82,6 @@ struct LocalDataServiceOptions {
   double worker_cpus = 0;
   bool cpu_quota_cgroups = true;          // false: use the taskset fallback even where cgroups work
   std::string cpu_quota_group;            // cgroup name; empty: "sluice-local-<pid>-<n>"
-  // DrainAndStopWorkers: how long a draining worker must stay idle (see worker_drain.h); zero: four
-  // heartbeat intervals, at least 1 s.
-  absl::Duration drain_quiet_period = absl::ZeroDuration();
   // Graceful stops: how long a SIGTERMed process may take before it is SIGKILLed (an error).
   absl::Duration stop_timeout = absl::Seconds(10);
 };
@@ -250,7 +247,6 @@ class LocalDataService {
   Slot* FindWorker(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const Slot* FindWorker(int index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string WorkerDispatcherAddress() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Duration QuietPeriod() const;
 
   const LocalDataServiceOptions options_;
   ProcessSpawner spawner_;

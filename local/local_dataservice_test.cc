@@ -308,7 +308,8 @@ TEST_CASE("DrainAndStopWorkers waits while a client holds the worker's elements 
   auto service = Start(2);
   // A client that creates the job and reads nothing. The elements are 64 KiB and not compressed, so
   // the streams' flow control windows (a few MiB) fill and each worker keeps elements in its own
-  // buffer. (Small elements would all sit in the transport instead: see docs/local-supervisor.md.)
+  // buffer. (Small elements would sit in the transport instead; the dispatcher's delivery receipts
+  // count those as not received too: see docs/local-supervisor.md.)
   client::DataServiceClientOptions o;
   o.dispatcher_address = service->dispatcher_address();
   auto def = pipeline::ParsePipelineSpec(
@@ -342,7 +343,9 @@ TEST_CASE("DrainAndStopWorkers waits while a client holds the worker's elements 
   CHECK(absl::IsDeadlineExceeded(held));
   CHECK(absl::StrContains(held.message(), "worker-1"));
   if (!absl::StrContains(held.message(), "no answer yet")) {  // (a loaded machine may not answer in 3 s)
-    CHECK(absl::StrContains(held.message(), "elements buffered"));
+    // The dispatcher's verdict: elements produced and not received, or splits still held.
+    CHECK((absl::StrContains(held.message(), "not yet received by clients") ||
+           absl::StrContains(held.message(), "not finished") || absl::StrContains(held.message(), "still producing")));
   }
   // Left running and draining: the dispatcher lists it as draining; nothing was lost.
   CHECK(service->ListWorkers()[1].state == WorkerState::kDraining);
@@ -360,6 +363,7 @@ TEST_CASE("DrainAndStopWorkers waits while a client holds the worker's elements 
   int64_t read = 0;
   while (true) {
     auto next = idle->GetNext(absl::Seconds(60));
+    INFO("read " << read << ": " << next.status().ToString());
     REQUIRE(next.ok());
     if (!next->has_value()) break;
     ++read;

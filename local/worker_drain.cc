@@ -4,8 +4,7 @@
 
 namespace sluice::local {
 
-WorkerDrainStatus EvaluateWorkerDrain(const service::GetStateResponse& state, const std::string& address,
-                                      const std::vector<WorkerLoad>& loads, absl::Duration quiet_period) {
+WorkerDrainStatus EvaluateWorkerDrain(const service::GetStateResponse& state, const std::string& address) {
   const service::WorkerInfo* info = nullptr;
   for (const auto& w : state.workers()) {
     if (w.address() == address) info = &w;
@@ -15,23 +14,22 @@ WorkerDrainStatus EvaluateWorkerDrain(const service::GetStateResponse& state, co
   const int tasks = info->task_ids_size();
   if (tasks == 0) return {true, "draining, no task left"};
   const std::string holding = absl::StrCat("draining, ", tasks, tasks == 1 ? " task" : " tasks");
-  if (loads.empty()) return {false, absl::StrCat(holding, "; no /metrics read yet to tell whether its buffers are empty")};
-  const WorkerLoad& last = loads.back();
-  if (last.buffered_elements > 0) {
-    return {false, absl::StrCat(holding, ": ", last.buffered_elements, " elements buffered, not yet read")};
+  if (info->undelivered_elements() < 0 || info->splits_held() < 0) {
+    return {false, absl::StrCat(holding, ": the dispatcher reports negative counts (undelivered_elements ",
+                                info->undelivered_elements(), ", splits_held ", info->splits_held(), "); not trusted")};
   }
-  // The quiet streak: the latest scrapes with nothing buffered and the produced count unchanged.
-  absl::Time quiet_since = last.at;
-  for (auto it = loads.rbegin(); it != loads.rend(); ++it) {
-    if (it->buffered_elements > 0 || it->elements_produced != last.elements_produced) break;
-    quiet_since = it->at;
+  if (info->drained()) {
+    // A verdict contradicted by its own counts is not trusted.
+    if (info->undelivered_elements() > 0 || info->splits_held() > 0) {
+      return {false, absl::StrCat(holding, ": the dispatcher says drained but reports ", info->undelivered_elements(),
+                                  " undelivered elements and ", info->splits_held(), " splits held; not trusted")};
+    }
+    return {true, absl::StrCat(holding, " drained: clients received all it produced and it holds no split")};
   }
-  const absl::Duration quiet = last.at - quiet_since;
-  if (quiet >= quiet_period) {
-    return {true, absl::StrCat(holding, " idle: nothing buffered and nothing produced for ", absl::FormatDuration(quiet))};
+  if (info->drain_blocker().empty()) {
+    return {false, absl::StrCat(holding, ": the dispatcher gives no drain verdict (an older dispatcher?)")};
   }
-  return {false, absl::StrCat(holding, ": nothing buffered, quiet for ", absl::FormatDuration(quiet), " of ",
-                              absl::FormatDuration(quiet_period), " (its splits may still be read)")};
+  return {false, absl::StrCat(holding, ": ", info->drain_blocker())};
 }
 
 }  // namespace sluice::local

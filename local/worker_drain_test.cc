@@ -11,9 +11,11 @@ constexpr char kAddress[] = "127.0.0.1:5001";
 
 service::GetStateResponse State(bool listed, bool draining, int tasks) {
   service::GetStateResponse state;
-  auto* other = state.add_workers();  // another worker, busy: never affects the verdict
+  auto* other = state.add_workers();  // another worker, drained: never affects the verdict
   other->set_address("127.0.0.1:5002");
   other->add_task_ids(9);
+  other->set_draining(true);
+  other->set_drained(true);
   if (listed) {
     auto* w = state.add_workers();
     w->set_address(kAddress);
@@ -23,55 +25,59 @@ service::GetStateResponse State(bool listed, bool draining, int tasks) {
   return state;
 }
 
-WorkerLoad Load(int64_t ms, double buffered, double produced) {
-  return WorkerLoad{absl::FromUnixMillis(ms), buffered, produced};
-}
+service::WorkerInfo& Mine(service::GetStateResponse& state) { return *state.mutable_workers(state.workers_size() - 1); }
 
-const absl::Duration kQuiet = absl::Seconds(1);
-
-TEST_CASE("EvaluateWorkerDrain: what the dispatcher says decides first") {
-  auto gone = EvaluateWorkerDrain(State(false, false, 0), kAddress, {}, kQuiet);
+TEST_CASE("EvaluateWorkerDrain: gone, not draining, no task") {
+  auto gone = EvaluateWorkerDrain(State(false, false, 0), kAddress);
   CHECK(gone.drained);
   CHECK(absl::StrContains(gone.reason, "no longer registered"));
 
-  auto not_draining = EvaluateWorkerDrain(State(true, false, 0), kAddress, {Load(0, 0, 5), Load(5000, 0, 5)}, kQuiet);
+  auto not_draining_state = State(true, false, 1);
+  Mine(not_draining_state).set_drained(true);  // a verdict for a worker not draining is ignored
+  auto not_draining = EvaluateWorkerDrain(not_draining_state, kAddress);
   CHECK(!not_draining.drained);
   CHECK(absl::StrContains(not_draining.reason, "not list it as draining"));
 
-  auto no_tasks = EvaluateWorkerDrain(State(true, true, 0), kAddress, {}, kQuiet);
+  auto no_tasks = EvaluateWorkerDrain(State(true, true, 0), kAddress);
   CHECK(no_tasks.drained);
   CHECK(absl::StrContains(no_tasks.reason, "no task left"));
 }
 
-TEST_CASE("EvaluateWorkerDrain: a draining worker with tasks needs a quiet period of its own metrics") {
-  const auto state = State(true, true, 2);
-  auto blind = EvaluateWorkerDrain(state, kAddress, {}, kQuiet);
-  CHECK(!blind.drained);
-  CHECK(absl::StrContains(blind.reason, "no /metrics"));
+TEST_CASE("EvaluateWorkerDrain: a draining worker with tasks follows the dispatcher's delivery verdict") {
+  auto state = State(true, true, 2);
+  Mine(state).set_undelivered_elements(12);
+  Mine(state).set_drain_blocker("12 elements produced and not yet received by clients");
+  auto unread = EvaluateWorkerDrain(state, kAddress);
+  CHECK(!unread.drained);
+  CHECK(absl::StrContains(unread.reason, "2 tasks"));
+  CHECK(absl::StrContains(unread.reason, "12 elements produced and not yet received"));
 
-  auto buffered = EvaluateWorkerDrain(state, kAddress, {Load(0, 0, 10), Load(2000, 12, 10)}, kQuiet);
-  CHECK(!buffered.drained);
-  CHECK(absl::StrContains(buffered.reason, "12 elements buffered"));
-  CHECK(absl::StrContains(buffered.reason, "2 tasks"));
+  auto confirmed = State(true, true, 1);
+  Mine(confirmed).set_drained(true);
+  auto drained = EvaluateWorkerDrain(confirmed, kAddress);
+  CHECK(drained.drained);
+  CHECK(absl::StrContains(drained.reason, "received all it produced"));
+}
 
-  // Still producing (its split is being read): not drained, however long nothing is buffered.
-  auto producing = EvaluateWorkerDrain(state, kAddress, {Load(0, 0, 10), Load(600, 0, 20), Load(1200, 0, 30)}, kQuiet);
-  CHECK(!producing.drained);
-  CHECK(absl::StrContains(producing.reason, "quiet for 0"));
+TEST_CASE("EvaluateWorkerDrain: missing or malformed verdicts never drain") {
+  // An older dispatcher: draining, tasks, and no verdict fields at all.
+  auto old = EvaluateWorkerDrain(State(true, true, 1), kAddress);
+  CHECK(!old.drained);
+  CHECK(absl::StrContains(old.reason, "no drain verdict"));
 
-  // Quiet, but not long enough yet.
-  auto short_quiet = EvaluateWorkerDrain(state, kAddress, {Load(0, 0, 10), Load(400, 0, 30), Load(900, 0, 30)}, kQuiet);
-  CHECK(!short_quiet.drained);
-  CHECK(absl::StrContains(short_quiet.reason, "quiet for 500ms of 1s"));
+  auto negative = State(true, true, 1);
+  Mine(negative).set_drained(true);
+  Mine(negative).set_undelivered_elements(-3);
+  auto n = EvaluateWorkerDrain(negative, kAddress);
+  CHECK(!n.drained);
+  CHECK(absl::StrContains(n.reason, "negative"));
 
-  // Quiet for the whole period: drained.
-  auto quiet = EvaluateWorkerDrain(state, kAddress, {Load(0, 3, 10), Load(400, 0, 30), Load(1400, 0, 30)}, kQuiet);
-  CHECK(quiet.drained);
-  CHECK(absl::StrContains(quiet.reason, "idle"));
-
-  // A buffered element in the middle of the streak breaks it.
-  auto broken = EvaluateWorkerDrain(state, kAddress, {Load(0, 0, 30), Load(500, 1, 30), Load(1400, 0, 30)}, kQuiet);
-  CHECK(!broken.drained);
+  auto contradicted = State(true, true, 1);
+  Mine(contradicted).set_drained(true);
+  Mine(contradicted).set_splits_held(2);
+  auto c = EvaluateWorkerDrain(contradicted, kAddress);
+  CHECK(!c.drained);
+  CHECK(absl::StrContains(c.reason, "not trusted"));
 }
 
 }  // namespace

@@ -43,9 +43,11 @@ INCLUDE = re.compile(rb'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 # g++ flags clang rejects or that make no sense for -fsyntax-only.
 DROP_FLAGS = {"-fno-semantic-interposition", "-fconcepts-diagnostics-depth", "-fmax-errors",
-              "-fno-canonical-system-headers", "-Wno-maybe-uninitialized", "-fcf-protection"}
+              "-fno-canonical-system-headers", "-Wno-maybe-uninitialized", "-fcf-protection", "-Winvalid-pch"}
 DROP_WITH_VALUE = {"-o", "-MF", "-MT", "-MQ"}
 DROP_PREFIXES = ("-fconcepts-diagnostics-depth=", "-fmax-errors=", "-fdiagnostics-color", "-MD", "-MMD")
+# CMake's precompiled-header include (target_precompile_headers), whose .gch only g++ reads.
+PCH_SUFFIXES = ("cmake_pch.hxx", "cmake_pch.h")
 
 
 def read(path):
@@ -86,12 +88,17 @@ def clang_args(entry, clang, source_file):
     out = [clang]
     skip = False
     saw_file = False
-    for a in args[1:]:
+    for i, a in enumerate(args):
+        if i == 0:
+            continue
         if skip:
             skip = False
             continue
         if a in DROP_WITH_VALUE:
             skip = True
+            continue
+        if a == "-include" and i + 1 < len(args) and args[i + 1].endswith(PCH_SUFFIXES):
+            skip = True  # g++'s precompiled header (cmake_pch.hxx): clang parses the sources' own includes
             continue
         if a == "-c":
             continue

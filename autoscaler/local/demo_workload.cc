@@ -5,7 +5,9 @@
 
 namespace sluice::autoscaler {
 
-std::vector<std::string> DemoWorkerFlags() { return {"--buffer_elements=32", "--shutdown_timeout_ms=30000"}; }
+std::vector<std::string> DemoWorkerFlags() {
+  return {"--buffer_elements=32", "--max_undelivered_elements=128", "--shutdown_timeout_ms=30000"};
+}
 
 std::string DemoPipelineYaml(const DemoWorkload& w) {
   return absl::StrCat("name: autoscale-demo\n",

@@ -23,11 +23,13 @@ struct DemoWorkload {
   int64_t split_size = 64;
 };
 
-// Flags of the demo's workers: a small buffer ahead of the readers (--buffer_elements=32), so that
-// a worker chosen for removal drains within moments even at low demand (a drain waits until its
-// buffer has been read); and a long SIGTERM budget (--shutdown_timeout_ms=30000: up to 12 s to
-// serve what its streams still hold), because a drained worker's gRPC streams may still carry
-// elements its client has not read yet (not visible in any metric) — cutting them loses those.
+// Flags of the demo's workers: a small buffer ahead of the readers (--buffer_elements=32) and a
+// bound on what a worker may have produced beyond its clients' receipts
+// (--max_undelivered_elements=128: its buffer plus what its gRPC streams carry). A worker chosen
+// for removal is stopped only once its clients received all it produced, so both bound how long a
+// drain takes at low demand: without the second, the streams alone held about 1,000 elements of
+// the demo's (measured), which a consumer at 25 elements/s needs most of a minute to read. And a
+// long SIGTERM budget (--shutdown_timeout_ms=30000) for workers stopped without a drain.
 std::vector<std::string> DemoWorkerFlags();
 // The demo consumer's client buffer (DataServiceClientOptions::max_buffered_bytes): about a second
 // of the peak demand. A client holding minutes of prefetched elements stops reading its streams

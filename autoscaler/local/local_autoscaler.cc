@@ -152,10 +152,17 @@ void LocalAutoscaler::Start() {
   thread_ = std::thread([this] {
     absl::Time next = absl::Now() + options_.period;
     while (true) {
+      // While workers drain, wake up between decisions to stop each as soon as it is drained.
+      const bool draining = AnyDraining();
+      const absl::Time wake = draining ? std::min(next, absl::Now() + options_.drain_poll) : next;
       {
         absl::MutexLock lock(&mu_);
         auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
-        if (mu_.AwaitWithDeadline(absl::Condition(&stop), next)) return;
+        if (mu_.AwaitWithDeadline(absl::Condition(&stop), wake)) return;
+      }
+      if (absl::Now() < next) {
+        PollDrains();
+        continue;
       }
       Step(absl::Now());
       // The next decision one period after this one was due (a long drain skips periods).
@@ -222,26 +229,73 @@ Observation LocalAutoscaler::Observe(const std::vector<local::WorkerStatus>& wor
   return out;
 }
 
+bool LocalAutoscaler::AnyDraining() const {
+  for (const local::WorkerStatus& w : service_->ListWorkers()) {
+    if (!w.exited && w.state == local::WorkerState::kDraining) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> LocalAutoscaler::DrainFor(const std::vector<std::string>& names, absl::Duration wait,
+                                                   std::string* error) {
+  const absl::Time now = absl::Now();
+  for (const std::string& n : names) draining_since_.emplace(n, now);
+  std::vector<local::LocalDataService::StoppedWorker> stopped;
+  const absl::Status s = service_->DrainAndStopWorkers(names, wait, &stopped);
+  for (auto& w : stopped) {
+    draining_since_.erase(w.name);
+    started_.erase(w.name);
+    pending_removed_.push_back(std::move(w));
+  }
+  std::vector<std::string> still;
+  for (const std::string& n : names) {
+    if (draining_since_.count(n)) still.push_back(n);
+  }
+  if (!s.ok() && !absl::IsDeadlineExceeded(s)) *error = std::string(s.message());
+  // Not drained yet is the normal case; only a drain past drain_timeout is worth an error.
+  std::vector<std::string> slow;
+  for (const std::string& n : still) {
+    const absl::Duration for_ = absl::Now() - draining_since_[n];
+    if (for_ > options_.drain_timeout) slow.push_back(absl::StrCat(n, " (", absl::FormatDuration(absl::Trunc(for_, absl::Seconds(1))), ")"));
+  }
+  if (!slow.empty()) {
+    const std::string msg = absl::StrCat("still draining after more than ", absl::FormatDuration(options_.drain_timeout),
+                                         ": ", absl::StrJoin(slow, ", "), "; ", s.message());
+    *error = error->empty() ? msg : absl::StrCat(*error, "; ", msg);
+  }
+  return still;
+}
+
+void LocalAutoscaler::PollDrains() {
+  std::vector<std::string> draining;
+  for (const local::WorkerStatus& w : service_->ListWorkers()) {
+    if (!w.exited && w.state == local::WorkerState::kDraining) draining.push_back(w.name);
+  }
+  if (draining.empty()) return;
+  std::string error;
+  (void)DrainFor(draining, absl::ZeroDuration(), &error);  // one pass
+  Account(absl::Now(), service_->ListWorkers());
+}
+
 LocalDecision LocalAutoscaler::Step(absl::Time now) {
   LocalDecision d;
   std::vector<local::WorkerStatus> workers = service_->ListWorkers();
   Account(now, workers);
 
-  // Removals that did not drain in time before: keep waiting for them first.
+  // Removals still draining: one pass (stops those drained since), then decide.
   std::vector<std::string> draining;
   for (const local::WorkerStatus& w : workers) {
     if (!w.exited && w.state == local::WorkerState::kDraining) draining.push_back(w.name);
   }
   if (!draining.empty()) {
-    std::vector<local::LocalDataService::StoppedWorker> stopped;
-    absl::Status s = service_->DrainAndStopWorkers(draining, options_.drain_timeout, &stopped);
-    for (const auto& w : stopped) {
-      d.removed.push_back(w.name);
-      if (w.last_load) d.elements_lost += static_cast<int64_t>(w.last_load->buffered_elements);
-    }
-    if (!s.ok()) d.action_error = std::string(s.message());
+    d.still_draining = DrainFor(draining, absl::ZeroDuration(), &d.action_error);
     workers = service_->ListWorkers();
   }
+  for (const auto& w : pending_removed_) {
+    d.removed.push_back(w.name);
+    if (w.last_load) d.elements_lost += static_cast<int64_t>(w.last_load->buffered_elements);
+  }
+  pending_removed_.clear();
 
   const Observation observation = Observe(workers, now);
   d.signals = observation.signals;
@@ -273,24 +327,19 @@ LocalDecision LocalAutoscaler::Step(absl::Time now) {
     }
     for (const std::string& n : d.added) started_[n] = absl::Now();
   } else if (d.decision.act && !d.decision.workers_to_delete.empty()) {
-    std::vector<local::LocalDataService::StoppedWorker> stopped;
-    absl::Status s = service_->DrainAndStopWorkers(d.decision.workers_to_delete, options_.drain_timeout, &stopped);
-    for (const auto& w : stopped) {
-      d.removed.push_back(w.name);
-      if (w.last_load) d.elements_lost += static_cast<int64_t>(w.last_load->buffered_elements);
-      started_.erase(w.name);
+    std::string error;
+    const size_t before = pending_removed_.size();
+    std::vector<std::string> still = DrainFor(d.decision.workers_to_delete, options_.drain_step_wait, &error);
+    for (size_t i = before; i < pending_removed_.size(); ++i) {
+      d.removed.push_back(pending_removed_[i].name);
+      if (pending_removed_[i].last_load) d.elements_lost += static_cast<int64_t>(pending_removed_[i].last_load->buffered_elements);
     }
-    if (!s.ok()) {
-      if (absl::IsDeadlineExceeded(s)) {
-        for (const std::string& n : d.decision.workers_to_delete) {
-          if (std::none_of(stopped.begin(), stopped.end(), [&](const auto& w) { return w.name == n; })) {
-            d.still_draining.push_back(n);
-          }
-        }
-      } else {
-        carried_out = d.removed.size() > 0;
-      }
-      d.action_error = absl::StrCat(d.action_error.empty() ? "" : "; ", "removing: ", s.message());
+    pending_removed_.resize(before);
+    d.still_draining.insert(d.still_draining.end(), still.begin(), still.end());
+    if (!error.empty()) {
+      // Draining began for none of them (e.g. the dispatcher refused): nothing changed.
+      if (d.removed.empty() && still.empty()) carried_out = false;
+      d.action_error = absl::StrCat(d.action_error, d.action_error.empty() ? "" : "; ", "removing: ", error);
     }
   }
   // A change that did not happen is not remembered as one.

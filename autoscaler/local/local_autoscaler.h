@@ -8,10 +8,12 @@
 //   3. carries the decision out: starts sluice-worker processes (each under the CPU quota the
 //      supervisor was configured with, if any), or removes the workers the policy named without
 //      losing an element — drained through the dispatcher first (no new splits; their splits
-//      finished, their buffers read: local/worker_drain), then stopped. A worker's buffered
-//      elements at its last scrape before the stop are counted as lost (the answer should be 0);
-//      a worker that does not drain in time is left running and draining, and the drain is
-//      retried at the next period rather than forced.
+//      handed back, what they read served: local/worker_drain), then stopped. A worker's buffered
+//      elements at its last scrape before the stop are counted as lost (the answer should be 0).
+//      Drains never block the loop: a decision waits at most drain_step_wait for its removals;
+//      the loop then polls the draining workers every drain_poll between decisions and stops
+//      each one as soon as the dispatcher says it is drained (reported with the next decision). A
+//      drain longer than drain_timeout is reported in action_error, never forced.
 // Every decision is logged as one logfmt line (inputs, arithmetic, outcome, reasons) and kept for
 // a terminal view (decisions(), stats()).
 //
@@ -57,7 +59,9 @@ struct LocalAutoscalerOptions {
   std::string ns = "local";                 // names for the sources (the metrics' dataservice label)
   std::string name = "local";
   local::WorkerOptions worker;              // how new workers start (CPU limit: the supervisor's default)
-  absl::Duration drain_timeout = absl::Seconds(20);  // the loop waits this long for a drain, then retries next period
+  absl::Duration drain_timeout = absl::Seconds(20);  // a drain longer than this is reported (never forced)
+  absl::Duration drain_step_wait = absl::Seconds(1);  // the most a decision waits for its removals to drain
+  absl::Duration drain_poll = absl::Milliseconds(250);  // between decisions, while workers drain
   size_t keep_decisions = 200;              // decisions() keeps this many
   // Each decision's logfmt line (with ts=, level=, component=); none: written to stderr.
   std::function<void(const std::string& line)> log_sink;
@@ -75,7 +79,7 @@ struct LocalDecision {
   int32_t workers_before = 0;              // serving workers when deciding
   int32_t workers_after = 0;               // serving workers once carried out
   std::vector<std::string> added, removed;  // worker names
-  std::vector<std::string> still_draining;  // removals that did not drain in time (retried)
+  std::vector<std::string> still_draining;  // removals still draining (polled until drained)
   int64_t elements_lost = 0;               // buffered in removed workers when they were stopped
   std::string action_error;                // starting or draining failed (the next period retries)
   bool scale_down_on_missing_data = false;  // a removal decided while data was missing (must never happen)
@@ -124,8 +128,12 @@ class LocalAutoscaler {
   void Start();
   // Stops the loop (waits for a decision being carried out).
   void Stop();
-  // One decision at `now`, carried out before it returns.
+  // One decision at `now`, carried out before it returns (removals: drains begun, and waited for
+  // at most drain_step_wait).
   LocalDecision Step(absl::Time now);
+  // One pass over the workers still draining: stops those the dispatcher says are drained (they are
+  // reported with the next decision). The loop calls it between decisions; tests may too.
+  void PollDrains();
 
   std::vector<LocalDecision> decisions() const;
   LocalAutoscalerStats stats() const;
@@ -134,6 +142,10 @@ class LocalAutoscaler {
  private:
   Observation Observe(const std::vector<local::WorkerStatus>& workers, absl::Time now);
   void Account(absl::Time now, const std::vector<local::WorkerStatus>& workers);
+  // Drains the named workers for at most `wait`; records the stopped ones in pending_removed_ and
+  // returns the names still draining, with an error for anything but "not drained yet".
+  std::vector<std::string> DrainFor(const std::vector<std::string>& names, absl::Duration wait, std::string* error);
+  bool AnyDraining() const;
 
   local::LocalDataService* const service_;
   const LocalAutoscalerOptions options_;
@@ -145,6 +157,8 @@ class LocalAutoscaler {
   // The loop's state (touched by the deciding thread only).
   PolicyHistory history_;
   std::map<std::string, absl::Time> started_;
+  std::map<std::string, absl::Time> draining_since_;  // removals not stopped yet
+  std::vector<local::LocalDataService::StoppedWorker> pending_removed_;  // stopped, not yet reported
 
   mutable absl::Mutex mu_;
   std::deque<LocalDecision> decisions_ ABSL_GUARDED_BY(mu_);

@@ -6,7 +6,12 @@
 #ifndef SLUICE_DATAPLANE_CLIENT_ELEMENT_DECODER_H_
 #define SLUICE_DATAPLANE_CLIENT_ELEMENT_DECODER_H_
 
+#include <grpcpp/support/byte_buffer.h>
+
 #include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "dataplane/client/buffer_pool.h"
@@ -26,6 +31,44 @@ struct DecodedElement {
 // buffer returns to it when the element's last tensor is dropped.
 absl::StatusOr<DecodedElement> DecodeElementData(service::ElementData& data, uint64_t max_element_bytes,
                                                  BufferPool* pool = nullptr);
+
+// A GetElementsResponse of a stream, read from its wire bytes (ResponseParser).
+struct ParsedResponse {
+  std::vector<DecodedElement> elements;
+  bool end_of_sequence = false;
+};
+
+// Reads GetElementsResponse messages straight from gRPC's received slices, without protobuf:
+// each element's bytes are copied once, small ones (up to kMaxChunkedElementBytes) into a shared
+// chunk of kChunkBytes at a 64-byte aligned offset (no allocation per element; the element's
+// tensors keep the chunk alive, so a live element holds at most kChunkBytes), larger ones into
+// a buffer of their own from `pool`. Compressed elements are decompressed into their own buffer.
+// Unknown fields are skipped (a newer worker may send more). A malformed message is an
+// InvalidArgument error naming what was wrong; the elements decoded before it are kept in `out`
+// (so the bad one is element out->elements.size() of the message).
+// One thread at a time.
+class ResponseParser {
+ public:
+  static constexpr size_t kChunkBytes = 64 << 10;
+  static constexpr size_t kMaxChunkedElementBytes = 16 << 10;
+
+  // `pool` may be null (fresh buffers).
+  ResponseParser(uint64_t max_element_bytes, std::shared_ptr<BufferPool> pool)
+      : max_element_bytes_(max_element_bytes), pool_(std::move(pool)) {}
+
+  absl::Status Parse(const grpc::ByteBuffer& message, ParsedResponse* out);
+
+ private:
+  // Room for `size` (<= kMaxChunkedElementBytes) bytes in the chunk at a 64-byte aligned address,
+  // and the owner that keeps them alive.
+  char* Allocate(size_t size, std::shared_ptr<const void>* owner);
+
+  const uint64_t max_element_bytes_;
+  const std::shared_ptr<BufferPool> pool_;
+  std::shared_ptr<char[]> chunk_;
+  size_t chunk_used_ = 0;
+  std::string scratch_;  // compressed bytes
+};
 
 }  // namespace sluice::client
 

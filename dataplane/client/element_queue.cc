@@ -12,24 +12,24 @@ namespace sluice::client {
 ElementQueue::ElementQueue(Limits limits, std::function<absl::Time()> stall_clock, std::function<void()> on_fail)
     : limits_(limits), stall_clock_(std::move(stall_clock)), on_fail_(std::move(on_fail)) {}
 
-bool ElementQueue::HasRoomLocked(bool yields_to_local) const {
+bool ElementQueue::HasRoomLocked(bool yields_to_local, bool drains) const {
   // Every reader may have one read in flight: a slot held by a reader whose task has nothing to
   // send yet must not starve the others (under dynamic sharding, that task's end can depend on
   // another task's elements being read).
   const int64_t slots = std::max<int64_t>(limits_.max_outstanding_requests, readers_);
-  const int64_t budget = (yields_to_local && local_reader_active_) ? limits_.max_buffered_bytes / 4
-                                                                    : limits_.max_buffered_bytes;
+  const bool yields = !drains && ((yields_to_local && local_reader_active_) || draining_reader_active_);
+  const int64_t budget = yields ? limits_.max_buffered_bytes / 4 : limits_.max_buffered_bytes;
   return buffered_bytes_ < budget && (limits_.max_outstanding_requests == 0 || outstanding_ < slots);
 }
 
-bool ElementQueue::AcquireSlot(CancelToken& stop, bool yields_to_local) {
+bool ElementQueue::AcquireSlot(CancelToken& stop, bool yields_to_local, const std::atomic<bool>* drains) {
   // A cancel wakes the wait below: locking and unlocking the mutex makes abseil re-evaluate the
   // waiters' conditions (lock order: the token's mutex, then this one).
   CancelCallback wake(&stop, [this] { absl::MutexLock l(&mu_); });
   absl::MutexLock l(&mu_);
   auto can_go = [&] {
     mu_.AssertHeld();
-    return stop.cancelled() || closed_ || !fatal_.ok() || HasRoomLocked(yields_to_local);
+    return stop.cancelled() || closed_ || !fatal_.ok() || HasRoomLocked(yields_to_local, drains != nullptr && drains->load());
   };
   if (!can_go()) {
     ++backpressure_waits_;
@@ -56,7 +56,7 @@ void ElementQueue::Push(std::vector<DecodedElement> elements) {
   for (size_t i = 0; i < elements.size(); ++i) {
     const int64_t bytes = static_cast<int64_t>(elements[i].bytes);
     buffered_bytes_ += bytes;
-    queue_.push_back(Buffered{std::move(elements[i].element), bytes, i + 1 == elements.size()});
+    queue_.emplace_back(std::move(elements[i].element), bytes, i + 1 == elements.size());
   }
   peak_buffered_bytes_ = std::max(peak_buffered_bytes_, buffered_bytes_);
 }
@@ -77,10 +77,11 @@ void ElementQueue::SetEnd() {
   end_ = true;
 }
 
-void ElementQueue::SetReaders(int64_t readers, bool local_reader_active) {
+void ElementQueue::SetReaders(int64_t readers, bool local_reader_active, bool draining_reader_active) {
   absl::MutexLock l(&mu_);
   readers_ = readers;
   local_reader_active_ = local_reader_active;
+  draining_reader_active_ = draining_reader_active;
 }
 
 absl::StatusOr<std::optional<pipeline::Element>> ElementQueue::Pop(std::optional<absl::Duration> timeout) {
@@ -90,29 +91,34 @@ absl::StatusOr<std::optional<pipeline::Element>> ElementQueue::Pop(std::optional
     mu_.AssertHeld();
     return !queue_.empty() || !fatal_.ok() || closed_ || end_;
   };
-  ++waiting_consumers_;
-  if (timeout) {
-    mu_.AwaitWithTimeout(absl::Condition(&ready), *timeout);
-  } else {
-    mu_.Await(absl::Condition(&ready));
+  // An element already there was not waited for: no second clock reading (one per element counts).
+  const bool wait = !ready();
+  if (wait) {
+    ++waiting_consumers_;
+    if (timeout) {
+      mu_.AwaitWithTimeout(absl::Condition(&ready), *timeout);
+    } else {
+      mu_.Await(absl::Condition(&ready));
+    }
+    --waiting_consumers_;
   }
-  --waiting_consumers_;
-  const absl::Time end = stall_clock_();
+  const absl::Time end = wait ? stall_clock_() : start;
   if (closed_) {
     stall_.RecordWait(start, end, StallMeter::Outcome::kNothing);
     last_error_ = absl::CancelledError("the data service client was cancelled");
     return last_error_;
   }
   if (!queue_.empty()) {
-    Buffered b = std::move(queue_.front());
-    queue_.pop_front();
+    Buffered& b = queue_.front();
     buffered_bytes_ -= b.bytes;
     if (b.ends_request) --outstanding_;
     ++elements_total_;
     bytes_total_ += b.bytes;
     last_activity_ = absl::Now();
     stall_.RecordWait(start, end, StallMeter::Outcome::kElement);
-    return std::optional<pipeline::Element>(std::move(b.element));
+    absl::StatusOr<std::optional<pipeline::Element>> out(absl::in_place, std::move(b.element));
+    queue_.pop_front();
+    return out;
   }
   if (!fatal_.ok()) {
     stall_.RecordWait(start, end, StallMeter::Outcome::kNothing);

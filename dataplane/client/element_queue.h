@@ -4,7 +4,9 @@
 //    bytes buffered reach max_buffered_bytes, or while max_outstanding_requests reads are in
 //    flight or buffered (0: no count bound; never fewer slots than readers, so an idle task cannot
 //    starve the others). A reader that yields to local ones (see task_readers.h) waits already at a
-//    quarter of the byte bound while a local reader is active. The slot returns when the consumer
+//    quarter of the byte bound while a local reader is active; while a reader of a draining
+//    worker's task is active, every other reader waits at a quarter too (the draining worker's
+//    elements are read first, so that it can go). The slot returns when the consumer
 //    pops the last element of what that read pushed (an empty push returns it at once);
 //  - delivery in arrival order, then the client's error (Fail: sticky, after the elements buffered
 //    before it), or the end of the data (SetEnd: once the buffer is drained);
@@ -19,6 +21,7 @@
 #ifndef SLUICE_DATAPLANE_CLIENT_ELEMENT_QUEUE_H_
 #define SLUICE_DATAPLANE_CLIENT_ELEMENT_QUEUE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -64,7 +67,10 @@ class ElementQueue {
   // ---- producers
   // Waits for room and takes a slot; false (no slot) once `stop` is cancelled, or the queue is
   // closed or failed. `yields_to_local`: see the class comment.
-  bool AcquireSlot(CancelToken& stop, bool yields_to_local = false) ABSL_LOCKS_EXCLUDED(mu_);
+  // `drains` (may be null): the reader's task is on a draining worker, so it never yields; read at
+  // every evaluation of the wait (it may turn true while the reader waits: SetReaders follows).
+  bool AcquireSlot(CancelToken& stop, bool yields_to_local = false, const std::atomic<bool>* drains = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void ReleaseSlot() ABSL_LOCKS_EXCLUDED(mu_);
   // Appends what one read gave, holding its slot until the last of them is popped; an empty push
   // releases the slot.
@@ -77,7 +83,8 @@ class ElementQueue {
   // What the bounds depend on: the number of readers (each may hold a slot whatever the bound), and
   // whether a local task is being read (readers that yield to local ones then use a quarter of
   // the byte bound).
-  void SetReaders(int64_t readers, bool local_reader_active) ABSL_LOCKS_EXCLUDED(mu_);
+  void SetReaders(int64_t readers, bool local_reader_active, bool draining_reader_active = false)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // ---- consumer
   // The next element; std::nullopt at the end; the error after the elements before it; CANCELLED
@@ -102,11 +109,12 @@ class ElementQueue {
 
  private:
   struct Buffered {
+    Buffered(pipeline::Element&& e, int64_t b, bool ends) : element(std::move(e)), bytes(b), ends_request(ends) {}
     pipeline::Element element;
     int64_t bytes = 0;
     bool ends_request = false;  // last element of a push: popping it returns that push's slot
   };
-  bool HasRoomLocked(bool yields_to_local) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool HasRoomLocked(bool yields_to_local, bool drains) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Limits limits_;
   const std::function<absl::Time()> stall_clock_;
@@ -120,6 +128,7 @@ class ElementQueue {
   absl::Status last_error_ ABSL_GUARDED_BY(mu_);
   int64_t readers_ ABSL_GUARDED_BY(mu_) = 0;
   bool local_reader_active_ ABSL_GUARDED_BY(mu_) = false;
+  bool draining_reader_active_ ABSL_GUARDED_BY(mu_) = false;
   int64_t buffered_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t peak_buffered_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;

@@ -127,6 +127,34 @@ TEST_CASE("client_element_queue: a reader that yields to local ones stops at a q
   CHECK(got);
 }
 
+TEST_CASE("client_element_queue: while a draining worker's reader is active the others yield to it") {
+  ElementQueue q = MakeQueue(1000, 0);
+  CancelToken stop;
+  REQUIRE(q.AcquireSlot(stop));
+  q.Push(Elems({1, 2, 3, 4}, 100));  // 400 bytes: above a quarter (250), below the bound
+  // The draining reader was already waiting when its task was found draining: it must not yield to
+  // itself (the flag is read at every evaluation).
+  std::atomic<bool> drains{false};
+  q.SetReaders(2, /*local_reader_active=*/false, /*draining_reader_active=*/true);
+  std::atomic<bool> got{false};
+  std::thread draining([&] { got = q.AcquireSlot(stop, false, &drains); });
+  REQUIRE(WaitUntil([&] { return q.stats().backpressure_waits == 1; }));
+  CHECK_FALSE(got);
+  drains = true;
+  q.SetReaders(2, false, true);  // what the reader set does after changing the flag
+  draining.join();
+  CHECK(got);
+  q.ReleaseSlot();
+  // Another reader yields at a quarter of the bound while the draining one is active, not after.
+  std::atomic<bool> other{false};
+  std::thread local([&] { other = q.AcquireSlot(stop); });
+  REQUIRE(WaitUntil([&] { return q.stats().backpressure_waits == 2; }));
+  CHECK_FALSE(other);
+  q.SetReaders(2, false, /*draining_reader_active=*/false);
+  local.join();
+  CHECK(other);
+}
+
 TEST_CASE("client_element_queue: a stop wakes a waiting reader, Close wakes everyone") {
   ElementQueue q = MakeQueue(10, 0);
   CancelToken filler;

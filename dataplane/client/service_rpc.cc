@@ -9,6 +9,8 @@
 #include "dataplane/rpc/credentials.h"
 #include "dataservice.grpc.pb.h"
 
+#include <grpcpp/support/sync_stream.h>
+
 namespace sluice::client {
 namespace {
 
@@ -57,13 +59,16 @@ class GrpcDispatcherRpc final : public DispatcherRpc {
   std::unique_ptr<service::Dispatcher::Stub> stub_;
 };
 
+// GetElements read raw: the generated stub's method, with ByteBuffer responses.
+constexpr char kGetElementsMethod[] = "/sluice.service.Worker/GetElements";
+
 class GrpcElementStream final : public ElementStream {
  public:
-  GrpcElementStream(service::Worker::Stub* stub, const service::GetElementsRequest& request,
-                    const CallOptions& options) {
+  GrpcElementStream(grpc::ChannelInterface* channel, const grpc::internal::RpcMethod& method,
+                    const service::GetElementsRequest& request, const CallOptions& options) {
     Prepare(ctx_, options);
     on_cancel_.emplace(options.cancel, [this] { ctx_.TryCancel(); });
-    reader_ = stub->GetElements(&ctx_, request);
+    reader_.reset(grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel, method, &ctx_, request));
   }
   ~GrpcElementStream() override {
     on_cancel_.reset();  // no cancel callback runs once the context starts going away
@@ -73,7 +78,7 @@ class GrpcElementStream final : public ElementStream {
     }
   }
 
-  bool Read(service::GetElementsResponse* response) override { return reader_->Read(response); }
+  bool Read(grpc::ByteBuffer* message) override { return reader_->Read(message); }
   void Cancel() override { ctx_.TryCancel(); }
   absl::Status Finish() override {
     finished_ = true;
@@ -82,7 +87,7 @@ class GrpcElementStream final : public ElementStream {
 
  private:
   grpc::ClientContext ctx_;
-  std::unique_ptr<grpc::ClientReader<service::GetElementsResponse>> reader_;
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader_;
   std::optional<CancelCallback> on_cancel_;
   bool finished_ = false;
 };
@@ -94,7 +99,8 @@ class GrpcWorkerRpc final : public WorkerRpc {
 
   std::unique_ptr<ElementStream> GetElements(const std::string& address, const service::GetElementsRequest& request,
                                              const CallOptions& options) override {
-    return std::make_unique<GrpcElementStream>(StubFor(address), request, options);
+    Worker* w = WorkerFor(address);
+    return std::make_unique<GrpcElementStream>(w->channel.get(), *w->get_elements, request, options);
   }
   absl::StatusOr<service::GetElementsResponse> GetElement(const std::string& address,
                                                           const service::GetElementsRequest& request,
@@ -111,17 +117,22 @@ class GrpcWorkerRpc final : public WorkerRpc {
   struct Worker {
     std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<service::Worker::Stub> stub;
+    std::unique_ptr<grpc::internal::RpcMethod> get_elements;
   };
-  // Stubs live as long as this object (never erased), so the pointer stays valid.
-  service::Worker::Stub* StubFor(const std::string& address) ABSL_LOCKS_EXCLUDED(mu_) {
+  // Workers live as long as this object (never erased; std::map nodes do not move), so the
+  // pointer stays valid.
+  Worker* WorkerFor(const std::string& address) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock l(&mu_);
     Worker& w = workers_[address];
     if (!w.stub) {
       w.channel = grpc::CreateCustomChannel(address, credentials_, channel_args_);
       w.stub = service::Worker::NewStub(w.channel);
+      w.get_elements = std::make_unique<grpc::internal::RpcMethod>(
+          kGetElementsMethod, grpc::internal::RpcMethod::SERVER_STREAMING, w.channel);
     }
-    return w.stub.get();
+    return &w;
   }
+  service::Worker::Stub* StubFor(const std::string& address) { return WorkerFor(address)->stub.get(); }
 
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   const grpc::ChannelArguments channel_args_;

@@ -46,13 +46,14 @@ class DispatcherRpc {
                                         const CallOptions& options) = 0;
 };
 
-// A server stream of GetElementsResponse messages.
+// A server stream of GetElementsResponse messages, read as their wire bytes (the reader parses
+// them, element_decoder.h's ResponseParser, copying each element's bytes once).
 class ElementStream {
  public:
   virtual ~ElementStream() = default;
-  // The next message into `response` (reused: protobuf keeps its allocations); false at the end
-  // of the stream, whether it ended cleanly or not (Finish says which).
-  virtual bool Read(service::GetElementsResponse* response) = 0;
+  // The next message's bytes into `message`; false at the end of the stream, whether it ended
+  // cleanly or not (Finish says which).
+  virtual bool Read(grpc::ByteBuffer* message) = 0;
   // Ends the stream early (thread-safe; Read then returns false).
   virtual void Cancel() = 0;
   // The stream's status, once Read returned false. Call once.

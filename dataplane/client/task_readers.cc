@@ -55,6 +55,9 @@ void TaskReaderSet::Update(const std::vector<service::TaskInfo>& tasks, bool job
         ++it;
       }
     }
+    for (const auto& t : tasks) {  // a worker being drained is read first from now on
+      if (auto it = readers_.find(t.task_id()); it != readers_.end()) it->second->draining = t.draining();
+    }
     if (!stopped_ && !job_finished_ && !queue_->failed()) {
       for (const auto& t : tasks) {
         if (wanted.count(t.task_id()) && !readers_.count(t.task_id()) && !finished_tasks_.count(t.task_id())) {
@@ -121,6 +124,7 @@ void TaskReaderSet::StartReaderLocked(const service::TaskInfo& info) {
   reader->local = IsLocalTask(info, opts_.client_host);
   reader->yields_to_local = !reader->local && opts_.target_workers == service::TARGET_WORKERS_AUTO &&
                             opts_.sharding != service::SHARDING_OFF;
+  reader->draining = info.draining();
   Reader* r = reader.get();
   readers_[info.task_id()] = std::move(reader);
   r->thread = std::thread([this, r] { ReaderLoop(r); });
@@ -128,12 +132,14 @@ void TaskReaderSet::StartReaderLocked(const service::TaskInfo& info) {
 
 void TaskReaderSet::PublishLocked() {
   bool local_active = false;
+  bool draining_active = false;
   bool all_done = true;
   for (const auto& [id, r] : readers_) {
     if (!r->stop.cancelled() && !r->done && r->local) local_active = true;
+    if (!r->stop.cancelled() && !r->done && r->draining.load()) draining_active = true;
     if (!r->done) all_done = false;
   }
-  queue_->SetReaders(static_cast<int64_t>(readers_.size()), local_active);
+  queue_->SetReaders(static_cast<int64_t>(readers_.size()), local_active, draining_active);
   if (job_finished_ && all_done) queue_->SetEnd();
 }
 
@@ -167,12 +173,12 @@ void TaskReaderSet::ReaderLoop(Reader* r) {
     bool end_of_sequence = false;
     bool progressed = false;
     absl::Status bad;
-    // Reused across reads: protobuf keeps its ElementData objects, and each element's data field
-    // holds a recycled buffer (buffers_) for the next parse.
-    service::GetElementsResponse resp;
+    // Copies each element's bytes once out of gRPC's slices, small ones into shared chunks.
+    ResponseParser parser(opts_.max_element_bytes, buffers_);
+    grpc::ByteBuffer message;
     while (true) {
-      if (!queue_->AcquireSlot(r->stop, r->yields_to_local)) break;
-      if (!stream->Read(&resp)) {
+      if (!queue_->AcquireSlot(r->stop, r->yields_to_local, &r->draining)) break;
+      if (!stream->Read(&message)) {
         queue_->ReleaseSlot();
         break;
       }
@@ -180,17 +186,13 @@ void TaskReaderSet::ReaderLoop(Reader* r) {
         absl::MutexLock l(&mu_);
         r->reconnecting = reconnecting = false;
       }
-      std::vector<DecodedElement> decoded;
-      decoded.reserve(static_cast<size_t>(resp.elements_size()));
-      for (int i = 0; i < resp.elements_size(); ++i) {
-        auto d = DecodeElementData(*resp.mutable_elements(i), opts_.max_element_bytes, buffers_.get());
-        if (!d.ok()) {
-          bad = absl::InvalidArgumentError(
-              absl::StrCat(where, ": malformed response (element ", i, "): ", d.status().message()));
-          break;
-        }
-        decoded.push_back(*std::move(d));
+      ParsedResponse resp;
+      if (absl::Status s = parser.Parse(message, &resp); !s.ok()) {
+        bad = absl::InvalidArgumentError(
+            absl::StrCat(where, ": malformed response (element ", resp.elements.size(), "): ", s.message()));
       }
+      message.Clear();
+      std::vector<DecodedElement>& decoded = resp.elements;
       // Elements decoded before a malformed one are still delivered, then the error.
       if (bad.ok() || !decoded.empty()) progressed = true;
       if (!decoded.empty()) {
@@ -202,7 +204,7 @@ void TaskReaderSet::ReaderLoop(Reader* r) {
         queue_->Fail(bad);
         break;
       }
-      if (resp.end_of_sequence()) {
+      if (resp.end_of_sequence) {
         end_of_sequence = true;
         break;
       }

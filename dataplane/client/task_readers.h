@@ -25,6 +25,7 @@
 #ifndef SLUICE_DATAPLANE_CLIENT_TASK_READERS_H_
 #define SLUICE_DATAPLANE_CLIENT_TASK_READERS_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -87,6 +88,7 @@ class TaskReaderSet {
     service::TaskInfo info;
     bool local = false;            // the task runs on the client's host (fixed per task)
     bool yields_to_local = false;  // a remote task's reader under the locality preference
+    std::atomic<bool> draining{false};  // its worker is being drained: read first (TaskInfo.draining)
     CancelToken stop;              // asked to stop (task no longer read, job finished, shutdown, error)
     std::thread thread;
     // Guarded by the set's mutex (the analysis cannot name it from here).

@@ -40,6 +40,12 @@ int64_t DeliveryTracker::Received(int64_t task_id) const {
   return sum;
 }
 
+int64_t DeliveryTracker::Undelivered(int64_t task_id) const {
+  auto it = tasks_.find(task_id);
+  if (it == tasks_.end()) return 0;
+  return std::max<int64_t>(0, it->second.produced - Received(task_id));
+}
+
 int64_t DeliveryTracker::TaskLost(int64_t job_id, int64_t task_id) {
   auto it = tasks_.find(task_id);
   if (it == tasks_.end()) return 0;

@@ -35,6 +35,8 @@ class DeliveryTracker {
   void ClientReported(int64_t client_id, int64_t task_id, int64_t received);
   // Elements of `task_id` received by all clients (released ones included).
   int64_t Received(int64_t task_id) const;
+  // max(0, produced - received) of `task_id` (0 for an unknown task).
+  int64_t Undelivered(int64_t task_id) const;
   // Task `task_id` of job `job_id` died with its worker: returns max(0, produced - received), adds
   // it to the job's estimate and forgets the task.
   int64_t TaskLost(int64_t job_id, int64_t task_id);

@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "dataplane/dispatcher/dispatcher_test_util.h"
 
@@ -85,7 +86,17 @@ struct Setup {
     REQUIRE(resp.new_tasks_size() == 1);
     task = resp.new_tasks(0).task_id();
   }
-  service::WorkerHeartbeatResponse Worker(std::optional<int64_t> produced) {
+  // Registers a second worker; returns its task of the job.
+  int64_t OtherWorker(const std::string& address) {
+    service::WorkerHeartbeatRequest hb;
+    hb.set_worker_address(address);
+    hb.set_placement(service::PLACEMENT_REMOTE);
+    service::WorkerHeartbeatResponse resp;
+    for (int i = 0; i < 2 && resp.new_tasks_size() == 0; ++i) REQUIRE(h.service().WorkerHeartbeat(hb, &resp).ok());
+    REQUIRE(resp.new_tasks_size() == 1);
+    return resp.new_tasks(0).task_id();
+  }
+  service::WorkerHeartbeatResponse Worker(std::optional<int64_t> produced, bool finished = false) {
     service::WorkerHeartbeatRequest req;
     req.set_worker_address("hostA:1");
     req.set_placement(service::PLACEMENT_REMOTE);
@@ -93,6 +104,7 @@ struct Setup {
       auto* p = req.add_tasks();
       p->set_task_id(task);
       p->set_elements_produced(*produced);
+      p->set_finished(finished);
     }
     service::WorkerHeartbeatResponse resp;
     absl::Status s = h.service().WorkerHeartbeat(req, &resp);
@@ -134,6 +146,143 @@ TEST_CASE("dispatcher: clients' receipts go back to the worker - a worker timing
   CHECK(s.h.service().ClientHeartbeat(other, &c).ok());
   other.mutable_received(0)->set_elements(-1);
   CHECK(s.h.service().ClientHeartbeat(other, &c).code() == absl::StatusCode::kInvalidArgument);
+}
+
+const service::WorkerInfo& InfoOf(const service::GetStateResponse& state, const std::string& address) {
+  for (const auto& w : state.workers()) {
+    if (w.address() == address) return w;
+  }
+  FAIL("worker " << address << " not listed");
+  return state.workers(0);
+}
+
+TEST_CASE("dispatcher: a draining worker hands its input back and is drained once its task ended and clients received all") {
+  Setup s;
+  s.Worker(0);
+  struct Call {
+    int max = 0;
+    std::vector<uint64_t> started, returned;
+    std::optional<std::pair<uint64_t, int64_t>> released;  // split, position
+  };
+  auto splits = [&](const Call& call) {
+    service::GetSplitsRequest req;
+    req.set_task_id(s.task);
+    req.set_worker_address("hostA:1");
+    req.set_max_splits(call.max);
+    for (uint64_t i : call.started) req.add_started_split_indices(i);
+    for (uint64_t i : call.returned) req.add_returned_split_indices(i);
+    if (call.released) {
+      auto* p = req.add_progress();
+      p->set_index(call.released->first);
+      p->set_lease_end(call.released->second);
+      p->set_released(true);
+    }
+    service::GetSplitsResponse resp;
+    absl::Status st = s.h.service().GetSplits(req, &resp);
+    INFO(st.ToString());
+    REQUIRE(st.ok());
+    return resp;
+  };
+  auto state = [&] {
+    service::GetStateResponse resp;
+    REQUIRE(s.h.service().GetState({}, &resp).ok());
+    return InfoOf(resp, "hostA:1");
+  };
+  s.OtherWorker("hostB:1");  // the job goes on after this worker's task ended
+  const service::GetSplitsResponse first = splits({3, {}, {}, {}});
+  REQUIRE(first.splits_size() == 3);  // fetched ahead: splits 0, 1 and 2
+  CHECK(!first.release());
+  REQUIRE(splits({0, {0}, {}, {}}).splits_size() == 0);  // split 0 started
+  // Not draining: no verdict, and the worker is not told to hand anything back.
+  CHECK(!state().drained());
+  CHECK(state().drain_blocker().empty());
+  CHECK(!s.Worker(5).draining());
+
+  service::DrainWorkersRequest drain;
+  drain.add_worker_addresses("hostA:1");
+  service::DrainWorkersResponse drained;
+  REQUIRE(s.h.service().DrainWorkers(drain, &drained).ok());
+  CHECK(s.Worker(5).draining());  // the heartbeat answer says so
+  CHECK(!state().drained());
+  CHECK(state().splits_held() == 3);  // 1 and 2 handed out, 0 being read
+  CHECK(state().drain_blocker() == "3 splits not finished");
+
+  // The worker hands back 1 and 2 unstarted, and split 0 at its reader's position 4.
+  const service::GetSplitsResponse back = splits({0, {}, {1, 2}, {}});
+  CHECK(back.release());
+  CHECK(back.splits_size() == 0);
+  CHECK(state().splits_held() == 1);
+  splits({0, {}, {}, std::make_pair(uint64_t{0}, int64_t{4})});
+  CHECK(state().splits_held() == 0);
+  CHECK(state().drain_blocker() ==
+        "1 task handed its input back and still producing (its pipeline flushes what it read, its buffer waits for clients)");
+
+  // Its task ended (pipeline flushed, buffer read): 20 produced, 15 received so far.
+  s.Worker(20, /*finished=*/true);
+  service::ClientHeartbeatResponse c;
+  REQUIRE(s.Client(15, &c).ok());
+  CHECK(!state().drained());
+  CHECK(state().undelivered_elements() == 5);
+  CHECK(state().drain_blocker() == "5 elements produced and not yet received by clients");
+  REQUIRE(s.Client(20, &c).ok());
+  CHECK(state().undelivered_elements() == 0);
+  CHECK(!state().drained());
+  CHECK(state().drain_blocker() == "1 of 2 heartbeats since its last split report");
+  s.Worker(20, true);
+  CHECK(state().drained());
+  CHECK(state().drain_blocker().empty());
+  // More produced than received again (the worker produced after all): not drained.
+  s.Worker(21, true);
+  CHECK(!state().drained());
+  CHECK(state().undelivered_elements() == 1);
+}
+
+TEST_CASE("dispatcher: what a drained worker handed back is read by another, from the exact position") {
+  Setup s;
+  s.Worker(0);
+  service::GetSplitsRequest req;
+  req.set_task_id(s.task);
+  req.set_worker_address("hostA:1");
+  req.set_max_splits(2);
+  service::GetSplitsResponse resp;
+  REQUIRE(s.h.service().GetSplits(req, &resp).ok());
+  REQUIRE(resp.splits_size() == 2);
+  req.set_max_splits(0);
+  req.add_started_split_indices(resp.splits(0).index());
+  REQUIRE(s.h.service().GetSplits(req, &resp).ok());
+  service::DrainWorkersRequest drain;
+  drain.add_worker_addresses("hostA:1");
+  service::DrainWorkersResponse drained;
+  REQUIRE(s.h.service().DrainWorkers(drain, &drained).ok());
+  req.clear_started_split_indices();
+  req.add_returned_split_indices(1);
+  auto* p = req.add_progress();
+  p->set_index(0);
+  p->set_lease_end(7);
+  p->set_released(true);
+  REQUIRE(s.h.service().GetSplits(req, &resp).ok());
+  // A malformed release is refused, naming the field.
+  service::GetSplitsRequest bad = req;
+  bad.mutable_progress(0)->set_lease_end(-1);
+  const absl::Status refused = s.h.service().GetSplits(bad, &resp);
+  CHECK(refused.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(refused.message()).find("progress[0] releases split 0") != std::string::npos);
+  bad.clear_progress();
+  bad.add_returned_split_indices(1u << 30);
+  CHECK(s.h.service().GetSplits(bad, &resp).code() == absl::StatusCode::kInvalidArgument);
+  // A second worker joins: its task gets split 0 from element 7 on, then split 1 whole.
+  service::GetSplitsRequest other;
+  other.set_task_id(s.OtherWorker("hostB:1"));
+  other.set_worker_address("hostB:1");
+  other.set_max_splits(2);
+  resp.Clear();
+  REQUIRE(s.h.service().GetSplits(other, &resp).ok());
+  REQUIRE(resp.splits_size() == 2);
+  CHECK(resp.splits(0).index() == 0);
+  CHECK(resp.splits(0).skip() == 7);
+  CHECK(resp.splits(1).index() == 1);
+  CHECK(resp.splits(1).skip() == 0);
+  CHECK(!resp.release());
 }
 
 TEST_CASE("dispatcher: a worker deregistering cleanly is not counted as a loss") {

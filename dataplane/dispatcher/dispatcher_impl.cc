@@ -301,6 +301,7 @@ absl::Status DispatcherService::ClientHeartbeat(const service::ClientHeartbeatRe
       info->set_worker_host(worker->host);
       info->set_placement(worker->placement);
       info->set_starting_round(task->starting_round);
+      info->set_draining(worker->draining);
     }
     sequence = js_.LastSequence();
   }
@@ -373,6 +374,7 @@ absl::Status DispatcherService::RemoveWorkerLocked(const std::string& address, c
   worker_seen_.erase(address);
   worker_listed_tasks_.erase(address);
   worker_stats_.erase(address);
+  heartbeats_since_split_report_.erase(address);
   joins_.WorkerRemoved(address);
   if (metrics_ != nullptr) metrics_->AddWorkerRemoval(reason);
   int64_t num_remainders = 0;
@@ -464,6 +466,8 @@ absl::Status DispatcherService::WorkerHeartbeat(const service::WorkerHeartbeatRe
     }
     worker_seen_[address] = now;
     worker_stats_[address] = request.stats();
+    ++heartbeats_since_split_report_[address];
+    response->set_draining(js_.state().FindWorker(address)->draining);  // its tasks hand their input back
     response->set_heartbeat_interval_ms(ToMillis(options_.heartbeat_interval));
     sequence = js_.LastSequence();
   }
@@ -479,6 +483,10 @@ absl::Status DispatcherService::GetSplits(const service::GetSplitsRequest& reque
     absl::StatusOr<SplitsCall> call = CheckSplitsRequest(js_.state(), request);
     if (!call.ok()) return call.status();
     worker_seen_[call->worker_address] = clock_->Now();  // a GetSplits proves the worker alive too
+    if (request.started_split_indices_size() > 0 || request.progress_size() > 0 ||
+        request.returned_split_indices_size() > 0) {
+      heartbeats_since_split_report_[call->worker_address] = 0;
+    }
     if (absl::Status s = ServeSplits(js_, *call, request, max_splits, metrics_, response); !s.ok()) return s;
     sequence = js_.LastSequence();
   }
@@ -526,6 +534,15 @@ absl::Status DispatcherService::GetState(const service::GetStateRequest&, servic
       info->set_last_heartbeat_ms_ago(seen == worker_seen_.end() ? -1 : ToMillis(now - seen->second));
       for (int64_t t : w.tasks) info->add_task_ids(t);
       info->set_draining(w.draining);
+      if (w.draining) {
+        auto hb = heartbeats_since_split_report_.find(address);
+        const DrainVerdict v =
+            EvaluateDrained(state, w, delivery_, hb == heartbeats_since_split_report_.end() ? 0 : hb->second);
+        info->set_drained(v.drained);
+        info->set_undelivered_elements(v.undelivered_elements);
+        info->set_splits_held(v.splits_held);
+        info->set_drain_blocker(v.blocker);
+      }
     }
     for (const auto& [id, job] : state.jobs()) {
       service::JobInfo* info = response->add_jobs();

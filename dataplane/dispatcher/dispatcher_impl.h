@@ -158,6 +158,9 @@ class DispatcherService {
   std::map<std::string, absl::Time> worker_seen_ ABSL_GUARDED_BY(js_.mu);
   std::map<std::string, std::set<int64_t>> worker_listed_tasks_ ABSL_GUARDED_BY(js_.mu);
   std::map<std::string, service::WorkerStats> worker_stats_ ABSL_GUARDED_BY(js_.mu);
+  // Heartbeats per worker since its last GetSplits carrying acknowledgements or progress (the
+  // drain verdict's freshness of produced counts; absent: 0).
+  std::map<std::string, int64_t> heartbeats_since_split_report_ ABSL_GUARDED_BY(js_.mu);
   std::map<int64_t, absl::Time> client_seen_ ABSL_GUARDED_BY(js_.mu);
   // The dataset of --pipeline ("" without one): GetOrCreateJob's default; never forgotten.
   std::string default_dataset_id_ ABSL_GUARDED_BY(js_.mu);

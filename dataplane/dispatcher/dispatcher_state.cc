@@ -146,6 +146,7 @@ absl::Status DispatcherState::Check(const Update& update) const {
     case Update::kSplitProgress: return CheckSplitProgress(update.split_progress());
     case Update::kRemoveJob: return CheckRemoveJob(update.remove_job());
     case Update::kRemoveDataset: return CheckRemoveDataset(update.remove_dataset());
+    case Update::kReturnSplits: return CheckReturnSplits(update.return_splits());
     case Update::KIND_NOT_SET: break;
   }
   return absl::InvalidArgumentError(
@@ -561,10 +562,49 @@ absl::Status DispatcherState::CheckSplitProgress(const service::SplitProgressUpd
                                                         " is not a split task ", u.task_id(),
                                                         " is reading (or it is repeated)"));
     }
+    if (p.released()) {
+      if (p.finished() || p.lease_end() < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("split_progress.progress[", i, "] releases split ", p.index(),
+                                                       " with lease_end ", p.lease_end(), p.finished() ? " and finished" : "",
+                                                       "; a release names the reader's position (>= 0) and is not a finish"));
+      }
+      continue;  // a release may stop below the lease: it names where the reader is
+    }
     if (p.lease_end() < -1 || (p.lease_end() >= 0 && p.lease_end() < it->second.lease_end)) {
       return absl::FailedPreconditionError(absl::StrCat("split_progress.progress[", i, "].lease_end ", p.lease_end(),
                                                         " is below the split's lease ", it->second.lease_end,
                                                         " (leases only grow; -1 leaves it unchanged)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherState::CheckReturnSplits(const service::ReturnSplitsUpdate& u) const {
+  const Job* job = FindJob(u.job_id());
+  if (job == nullptr) return UnknownJob("return_splits.job_id", u.job_id());
+  if (job->finished || !job->splits) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("return_splits.job_id ", u.job_id(), " is finished or does not use dynamic sharding"));
+  }
+  const Task* task = FindTask(u.task_id());
+  if (task == nullptr) return UnknownTask("return_splits.task_id", u.task_id());
+  if (task->job_id != u.job_id()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("return_splits.task_id ", u.task_id(), " is not a task of job ", u.job_id()));
+  }
+  const SplitState& s = *job->splits;
+  if (u.epoch() != s.epoch) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("return_splits.epoch ", u.epoch(), " is not job ", u.job_id(), "'s current epoch ", s.epoch));
+  }
+  if (u.split_indices_size() == 0) return absl::InvalidArgumentError("return_splits.split_indices is empty");
+  std::set<uint64_t> seen;
+  for (int i = 0; i < u.split_indices_size(); ++i) {
+    auto it = s.assigned.find(u.split_indices(i));
+    if (it == s.assigned.end() || it->second != u.task_id() || !seen.insert(u.split_indices(i)).second) {
+      return absl::FailedPreconditionError(absl::StrCat("return_splits.split_indices[", i, "] ", u.split_indices(i),
+                                                        " is not a split assigned to task ", u.task_id(),
+                                                        " and unstarted (or it is repeated)"));
     }
   }
   return absl::OkStatus();
@@ -638,6 +678,7 @@ absl::Status DispatcherState::Apply(const Update& update) {
     case Update::kSplitProgress: DoSplitProgress(update.split_progress()); break;
     case Update::kRemoveJob: DoRemoveJob(update.remove_job()); break;
     case Update::kRemoveDataset: DoRemoveDataset(update.remove_dataset()); break;
+    case Update::kReturnSplits: DoReturnSplits(update.return_splits()); break;
     case Update::KIND_NOT_SET: break;  // rejected by Check
   }
   return absl::OkStatus();
@@ -820,14 +861,43 @@ void DispatcherState::DoRemoveDataset(const service::RemoveDatasetUpdate& u) { d
 void DispatcherState::DoSplitProgress(const service::SplitProgressUpdate& u) {
   Job& job = jobs_.at(u.job_id());
   SplitState& s = *job.splits;
+  std::vector<std::pair<uint64_t, int64_t>> released;
   for (const auto& p : u.progress()) {
+    if (p.released()) {
+      released.emplace_back(p.index(), p.lease_end());
+      continue;
+    }
     if (p.lease_end() >= 0) s.reading[p.index()].lease_end = p.lease_end();
     if (p.finished()) {
       s.reading.erase(p.index());
       s.finished[p.index()] = true;
     }
   }
+  // Handed back by a draining reader: the unread rest is a remainder, in front (highest first, so
+  // the queue holds them in ascending order).
+  std::sort(released.begin(), released.end());
+  for (auto it = released.rbegin(); it != released.rend(); ++it) {
+    s.reading.erase(it->first);
+    s.started[it->first] = false;
+    --s.num_started;
+    if (it->second > 0) {
+      s.skip[it->first] = it->second;
+    } else {
+      s.skip.erase(it->first);
+    }
+    s.queue.push_front(it->first);
+  }
   MaybeAdvanceEpoch(job);
+}
+
+void DispatcherState::DoReturnSplits(const service::ReturnSplitsUpdate& u) {
+  SplitState& s = *jobs_.at(u.job_id()).splits;
+  std::vector<uint64_t> indices(u.split_indices().begin(), u.split_indices().end());
+  std::sort(indices.begin(), indices.end());
+  for (auto it = indices.rbegin(); it != indices.rend(); ++it) {
+    s.assigned.erase(*it);
+    s.queue.push_front(*it);
+  }
 }
 
 void DispatcherState::DoFinishJob(const service::FinishJobUpdate& u) {

@@ -167,6 +167,7 @@ class DispatcherState {
   absl::Status CheckSplitProgress(const service::SplitProgressUpdate& u) const;
   absl::Status CheckRemoveJob(const service::RemoveJobUpdate& u) const;
   absl::Status CheckRemoveDataset(const service::RemoveDatasetUpdate& u) const;
+  absl::Status CheckReturnSplits(const service::ReturnSplitsUpdate& u) const;
 
   void DoRegisterDataset(const service::RegisterDatasetUpdate& u);
   void DoCreateJob(const service::CreateJobUpdate& u);
@@ -187,6 +188,7 @@ class DispatcherState {
   void DoSplitProgress(const service::SplitProgressUpdate& u);
   void DoRemoveJob(const service::RemoveJobUpdate& u);
   void DoRemoveDataset(const service::RemoveDatasetUpdate& u);
+  void DoReturnSplits(const service::ReturnSplitsUpdate& u);
 
   // A task leaves its job's dynamic split state: its unstarted splits go back to the queue front,
   // and so do the remainders of the splits it was reading under a lease.

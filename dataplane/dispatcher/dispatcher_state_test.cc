@@ -144,6 +144,29 @@ Update Progress(int64_t job, int64_t task, std::vector<ProgressEntry> entries, i
   return u;
 }
 
+Update Released(int64_t job, int64_t task, uint64_t index, int64_t position, int64_t epoch = 0) {
+  Update u;
+  auto* p = u.mutable_split_progress();
+  p->set_job_id(job);
+  p->set_task_id(task);
+  p->set_epoch(epoch);
+  auto* entry = p->add_progress();
+  entry->set_index(index);
+  entry->set_epoch(epoch);
+  entry->set_lease_end(position);
+  entry->set_released(true);
+  return u;
+}
+Update Return(int64_t job, int64_t task, std::vector<uint64_t> indices, int64_t epoch = 0) {
+  Update u;
+  auto* r = u.mutable_return_splits();
+  r->set_job_id(job);
+  r->set_task_id(task);
+  r->set_epoch(epoch);
+  for (auto i : indices) r->add_split_indices(i);
+  return u;
+}
+
 void MustApply(DispatcherState& state, const Update& u) {
   absl::Status s = state.Apply(u);
   INFO(u.ShortDebugString());
@@ -221,6 +244,8 @@ TEST_CASE("every update kind names the unknown id it refers to") {
   MustFail(s, EpochEnd(42, 1, 0), absl::StatusCode::kNotFound, "task_epoch_end.job_id 42 is not known");
   MustFail(s, EpochEnd(1, 99, 0), absl::StatusCode::kNotFound, "task_epoch_end.task_id 99 is not known");
   MustFail(s, Watermark(42, 5), absl::StatusCode::kNotFound, "round_watermark.job_id 42 is not known");
+  MustFail(s, Return(42, 1, {0}), absl::StatusCode::kNotFound, "return_splits.job_id 42 is not known");
+  MustFail(s, Return(1, 99, {0}), absl::StatusCode::kNotFound, "return_splits.task_id 99 is not known");
   Update restore;
   restore.mutable_restore_job()->set_job_id(42);
   MustFail(s, restore, absl::StatusCode::kNotFound, "restore_job.job_id 42 is not known");
@@ -341,6 +366,61 @@ TEST_CASE("a lost task's leased splits come back as remainders - unleased ones c
   CHECK(Rebuild(s).DebugString() == s.DebugString());
   MustApply(s, Progress(1, 2, {{0, -1, true}}));
   CHECK(s.FindJob(1)->splits->exhausted);
+}
+
+TEST_CASE("a draining task hands back unstarted splits whole and read ones from its exact position") {
+  DispatcherState s = DynamicJob(6);
+  MustApply(s, Assign(1, 1, {0, 1, 2, 3}));
+  MustApply(s, Start(1, 1, {0}));
+  MustApply(s, Progress(1, 1, {{0, 8, false}}));  // leased up to element 8
+  MustApply(s, DrainWorker("w1:1"));
+  // Malformed hand-backs change nothing and say what is wrong.
+  MustFail(s, Return(1, 1, {0}), absl::StatusCode::kFailedPrecondition, "split_indices[0] 0 is not a split assigned to task 1");
+  MustFail(s, Return(1, 2, {1}), absl::StatusCode::kFailedPrecondition, "not a split assigned to task 2");
+  MustFail(s, Return(1, 1, {1, 1}), absl::StatusCode::kFailedPrecondition, "repeated");
+  MustFail(s, Return(1, 1, {}), absl::StatusCode::kInvalidArgument, "split_indices is empty");
+  MustFail(s, Return(1, 1, {1}, 1), absl::StatusCode::kFailedPrecondition, "return_splits.epoch 1");
+  MustFail(s, Return(9, 1, {1}), absl::StatusCode::kNotFound, "return_splits.job_id 9");
+  MustFail(s, Released(1, 1, 0, -1), absl::StatusCode::kInvalidArgument, "names the reader's position");
+  MustFail(s, Released(1, 1, 1, 0), absl::StatusCode::kFailedPrecondition, "not a split task 1 is reading");
+  // Unstarted ones go back whole, to the front, in order, ahead of the never-assigned ones.
+  MustApply(s, Return(1, 1, {3, 1}));
+  CHECK(Queue(s, 1) == std::vector<uint64_t>{1, 3, 4, 5});
+  CHECK(s.UnstartedSplitsOf(*s.FindJob(1), 1) == std::vector<uint64_t>{2});
+  // The reader of split 0 stopped before element 5 (below its lease of 8): the remainder starts
+  // exactly there, so elements 5..7 are neither lost nor read twice.
+  MustApply(s, Released(1, 1, 0, 5));
+  CHECK(Queue(s, 1) == std::vector<uint64_t>{0, 1, 3, 4, 5});
+  CHECK(DispatcherState::SkipOf(*s.FindJob(1), 0) == 5);
+  CHECK(s.FindJob(1)->splits->reading.empty());
+  CHECK(s.FindJob(1)->splits->num_started == 0);
+  CHECK(Rebuild(s).DebugString() == s.DebugString());
+  // Another task reads the remainder; the epoch ends when every split was read.
+  MustApply(s, Return(1, 1, {2}));
+  CHECK(Queue(s, 1) == std::vector<uint64_t>{2, 0, 1, 3, 4, 5});
+  MustApply(s, Assign(1, 2, {2, 0, 1, 3, 4, 5}));
+  CHECK(DispatcherState::SkipOf(*s.FindJob(1), 0) == 5);
+  MustApply(s, Start(1, 2, {0, 1, 2, 3, 4, 5}));
+  MustApply(s, FinishTask(1));  // the drained task ends: nothing of it comes back
+  CHECK(Queue(s, 1).empty());
+  MustApply(s, EpochEnd(1, 2, 0));
+  CHECK(s.FindJob(1)->splits->exhausted);
+}
+
+TEST_CASE("a release at position 0 puts the split back whole, a remainder's keeps its skip") {
+  DispatcherState s = DynamicJob(2);
+  MustApply(s, Assign(1, 1, {0, 1}));
+  MustApply(s, Start(1, 1, {0, 1}));
+  MustApply(s, Released(1, 1, 0, 0));
+  CHECK(DispatcherState::SkipOf(*s.FindJob(1), 0) == 0);
+  MustApply(s, Released(1, 1, 1, 3));
+  CHECK(Queue(s, 1) == std::vector<uint64_t>{1, 0});  // each hand-back goes to the front
+  CHECK(DispatcherState::SkipOf(*s.FindJob(1), 1) == 3);
+  MustApply(s, Assign(1, 2, {1, 0}));
+  MustApply(s, Start(1, 2, {1}));
+  MustApply(s, Released(1, 2, 1, 4));  // a remainder released again further on
+  CHECK(DispatcherState::SkipOf(*s.FindJob(1), 1) == 4);
+  CHECK(Rebuild(s).DebugString() == s.DebugString());
 }
 
 TEST_CASE("a finished task's unfinished leased split comes back too - a new epoch forgets leases") {

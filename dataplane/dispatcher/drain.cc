@@ -52,4 +52,51 @@ absl::Status DrainWorkers(JournaledState& js, const service::DrainWorkersRequest
   return absl::OkStatus();
 }
 
+DrainVerdict EvaluateDrained(const DispatcherState& state, const DispatcherState::Worker& worker,
+                             const DeliveryTracker& delivery, int64_t heartbeats_since_split_report) {
+  DrainVerdict v;
+  if (!worker.draining) {
+    v.blocker = "not draining";
+    return v;
+  }
+  std::string static_task;
+  for (int64_t t : worker.tasks) {
+    const DispatcherState::Task* task = state.FindTask(t);
+    if (task == nullptr) continue;
+    v.undelivered_elements += delivery.Undelivered(t);
+    const DispatcherState::Job* job = state.FindJob(task->job_id);
+    if (job == nullptr) continue;
+    if (job->spec.sharding() != service::SHARDING_DYNAMIC) {
+      if (static_task.empty()) static_task = absl::StrCat("task ", t, " is a static share of job ", job->id, " (drains when it ends)");
+      continue;
+    }
+    if (job->spec.num_consumers() > 0) {
+      if (static_task.empty()) static_task = absl::StrCat("task ", t, " serves coordinated reads of job ", job->id, " (drains when it ends)");
+      continue;
+    }
+    if (!job->splits || job->finished || task->finished) continue;
+    ++v.tasks_running;
+    v.splits_held += static_cast<int64_t>(state.UnstartedSplitsOf(*job, t).size());
+    for (const auto& [index, r] : job->splits->reading) {
+      if (r.task == t) ++v.splits_held;
+    }
+  }
+  if (!static_task.empty()) {
+    v.blocker = static_task;
+  } else if (v.splits_held > 0) {
+    v.blocker = absl::StrCat(v.splits_held, v.splits_held == 1 ? " split" : " splits", " not finished");
+  } else if (v.tasks_running > 0) {
+    v.blocker = absl::StrCat(v.tasks_running, v.tasks_running == 1 ? " task" : " tasks",
+                             " handed its input back and still producing (its pipeline flushes what it read, its "
+                             "buffer waits for clients)");
+  } else if (v.undelivered_elements > 0) {
+    v.blocker = absl::StrCat(v.undelivered_elements, " elements produced and not yet received by clients");
+  } else if (!worker.tasks.empty() && heartbeats_since_split_report < 2) {
+    v.blocker = absl::StrCat(heartbeats_since_split_report, " of 2 heartbeats since its last split report");
+  } else {
+    v.drained = true;
+  }
+  return v;
+}
+
 }  // namespace sluice::dispatcher

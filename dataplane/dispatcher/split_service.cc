@@ -47,9 +47,36 @@ absl::Status ReportProgress(JournaledState& js, const SplitsCall& call, const se
     }
     service::SplitProgress* entry = progress->add_progress();
     *entry = p;
+    if (p.released()) {
+      // A release names the reader's exact position; a malformed one (no position, or also a
+      // finish) was refused by CheckSplitsRequest.
+      continue;
+    }
     if (entry->lease_end() < it->second.lease_end) entry->set_lease_end(-1);
   }
   if (progress->progress_size() == 0) return absl::OkStatus();
+  return js.Commit(u);
+}
+
+// A draining task's unstarted splits it hands back: those still assigned to it in the current epoch
+// go back to the queue (the others were taken back already: a retried call, an epoch that moved on).
+absl::Status ReturnSplits(JournaledState& js, const SplitsCall& call, const service::GetSplitsRequest& request)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(js.mu) {
+  const SplitState* now = CurrentSplits(js, call.job_id);
+  if (now == nullptr) return absl::OkStatus();
+  Update u;
+  auto* r = u.mutable_return_splits();
+  r->set_job_id(call.job_id);
+  r->set_task_id(call.task_id);
+  r->set_epoch(now->epoch);
+  std::set<uint64_t> seen;
+  for (uint64_t index : request.returned_split_indices()) {
+    auto it = now->assigned.find(index);
+    if (it != now->assigned.end() && it->second == call.task_id && seen.insert(index).second) {
+      r->add_split_indices(index);
+    }
+  }
+  if (r->split_indices_size() == 0) return absl::OkStatus();
   return js.Commit(u);
 }
 
@@ -128,8 +155,19 @@ absl::StatusOr<SplitsCall> CheckSplitsRequest(const DispatcherState& state, cons
                                                      "; dataset ", dataset.id, " has ", dataset.splits.size(), " splits"));
     }
   }
+  for (int i = 0; i < request.returned_split_indices_size(); ++i) {
+    if (request.returned_split_indices(i) >= dataset.splits.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("returned_split_indices[", i, "] is ", request.returned_split_indices(i),
+                                                     "; dataset ", dataset.id, " has ", dataset.splits.size(), " splits"));
+    }
+  }
   for (int i = 0; i < request.progress_size(); ++i) {
     const service::SplitProgress& p = request.progress(i);
+    if (p.released() && (p.finished() || p.lease_end() < 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "progress[", i, "] releases split ", p.index(), " with lease_end ", p.lease_end(),
+          p.finished() ? " and finished" : "", "; a release names the reader's position (lease_end >= 0) and is not a finish"));
+    }
     if (p.index() >= dataset.splits.size() || p.lease_end() < -1 || p.epoch() < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "progress[", i, "] has index ", p.index(), ", epoch ", p.epoch(), ", lease_end ", p.lease_end(),
@@ -162,6 +200,8 @@ absl::Status ServeSplits(JournaledState& js, const SplitsCall& call, const servi
                          int max_splits, DispatcherMetrics* metrics, service::GetSplitsResponse* response) {
   const int64_t requested_epoch = request.epoch();
   response->set_epoch(requested_epoch);
+  // A draining worker hands its input back (it learns it here or from its heartbeat answer).
+  response->set_release(js.state().FindWorker(call.worker_address)->draining);
   const SplitState* s = CurrentSplits(js, call.job_id);
   if (s == nullptr || TaskDone(js, call.task_id)) {
     response->set_end_of_splits(true);
@@ -177,6 +217,10 @@ absl::Status ServeSplits(JournaledState& js, const SplitsCall& call, const servi
     if (absl::Status st = StartSplits(js, call.job_id, call.task_id, request.started_split_indices()); !st.ok()) {
       return st;
     }
+  }
+  // Splits handed back unstarted (a draining worker), before the released ones: those go in front.
+  if (request.returned_split_indices_size() > 0) {
+    if (absl::Status st = ReturnSplits(js, call, request); !st.ok()) return st;
   }
   // Leases and finished splits after the starts: a start and its first lease travel together.
   if (request.progress_size() > 0) {

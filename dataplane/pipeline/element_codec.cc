@@ -26,7 +26,7 @@ size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 // Reads fixed-size values with bounds checks.
 class Reader {
  public:
-  Reader(const std::string& s) : s_(s) {}
+  Reader(absl::string_view s) : s_(s) {}
   template <typename T>
   bool Get(T* v) {
     if (pos_ + sizeof(T) > s_.size()) return false;
@@ -43,7 +43,7 @@ class Reader {
   size_t pos() const { return pos_; }
 
  private:
-  const std::string& s_;
+  absl::string_view s_;
   size_t pos_ = 0;
 };
 
@@ -122,6 +122,14 @@ WireBytes WireBytes::FromString(std::string bytes) {
   return out;
 }
 
+WireBytes WireBytes::Unowned(const char* data, size_t size) {
+  WireBytes out;
+  if (size == 0) return out;
+  out.size_ = size;
+  out.ranges_.push_back(Range{data, size, nullptr});
+  return out;
+}
+
 std::string WireBytes::Flatten() const& {
   std::string out;
   out.reserve(size_);
@@ -191,8 +199,93 @@ std::string EncodeElement(const Element& element) {
   return EncodeElementWire(element, std::numeric_limits<size_t>::max()).Flatten();
 }
 
+namespace {
+
+// The header's bytes (before the padding to kAlign).
+size_t HeaderSize(const Element& element) {
+  size_t n = 4 + 4 + 8;
+  for (const auto& [name, t] : element.fields()) {
+    n += 2 + name.size() + 1 + 1 + 8 * static_cast<size_t>(t.rank()) + 8;
+    if (t.dtype() == DType::kString) n += 8 + 8 * t.strings().size();
+  }
+  return n;
+}
+
+// The bytes EncodeElementWire appends for a field's payload.
+size_t PayloadSize(const Tensor& t) {
+  if (t.dtype() != DType::kString) return t.nbytes();
+  size_t n = 0;
+  for (auto s : t.strings()) n += s.size();
+  return n;
+}
+
+template <typename T>
+char* PutRaw(char* out, T v) {
+  std::memcpy(out, &v, sizeof(T));
+  return out + sizeof(T);
+}
+
+}  // namespace
+
+size_t EncodedElementSize(const Element& element) {
+  size_t n = AlignUp(HeaderSize(element));
+  for (const auto& [name, t] : element.fields()) n = AlignUp(n + PayloadSize(t));
+  return n;
+}
+
+void EncodeElementTo(const Element& element, char* out) {
+  char* const start = out;
+  auto pad = [&] {
+    const size_t at = static_cast<size_t>(out - start);
+    const size_t to = AlignUp(at);
+    std::memset(out, 0, to - at);
+    out += to - at;
+  };
+  std::memcpy(out, kMagic, 4);
+  out += 4;
+  out = PutRaw<uint32_t>(out, static_cast<uint32_t>(element.fields().size()));
+  out = PutRaw<uint64_t>(out, element.key());
+  for (const auto& [name, t] : element.fields()) {
+    out = PutRaw<uint16_t>(out, static_cast<uint16_t>(name.size()));
+    std::memcpy(out, name.data(), name.size());
+    out += name.size();
+    out = PutRaw<uint8_t>(out, static_cast<uint8_t>(t.dtype()));
+    out = PutRaw<uint8_t>(out, static_cast<uint8_t>(t.rank()));
+    for (int64_t d : t.shape()) out = PutRaw<int64_t>(out, d);
+    out = PutRaw<uint64_t>(out, t.ByteSize());
+    if (t.dtype() == DType::kString) {
+      out = PutRaw<uint64_t>(out, t.strings().size());
+      for (auto s : t.strings()) out = PutRaw<uint64_t>(out, s.size());
+    }
+  }
+  pad();
+  for (const auto& [name, t] : element.fields()) {
+    if (t.dtype() == DType::kString) {
+      for (auto s : t.strings()) {
+        std::memcpy(out, s.data(), s.size());
+        out += s.size();
+      }
+    } else if (t.nbytes() > 0) {
+      std::memcpy(out, t.raw(), t.nbytes());
+      out += t.nbytes();
+    }
+    pad();
+  }
+}
+
 absl::StatusOr<Element> DecodeElement(std::shared_ptr<const std::string> bytes) {
-  const std::string& s = *bytes;
+  const absl::string_view s(*bytes);
+  return DecodeElement(std::move(bytes), s);
+}
+
+absl::StatusOr<Element> DecodeElement(std::shared_ptr<const void> owner, absl::string_view s) {
+  Element e;
+  if (absl::Status status = DecodeElementTo(std::move(owner), s, &e); !status.ok()) return status;
+  return e;
+}
+
+absl::Status DecodeElementTo(std::shared_ptr<const void> owner, absl::string_view s, Element* out) {
+  const std::shared_ptr<const void>& bytes = owner;
   Reader r(s);
   char magic[4];
   if (s.size() < 4 || std::memcmp(s.data(), kMagic, 4) != 0) return Corrupt(0, "bad magic (not a Sluice element)");
@@ -208,7 +301,7 @@ absl::StatusOr<Element> DecodeElement(std::shared_ptr<const std::string> bytes) 
     uint64_t bytes;
     std::vector<uint64_t> lengths;
   };
-  std::vector<FieldHeader> headers(count);
+  absl::InlinedVector<FieldHeader, 4> headers(count);
   for (auto& h : headers) {
     uint16_t name_len;
     uint8_t dtype, rank;
@@ -242,7 +335,8 @@ absl::StatusOr<Element> DecodeElement(std::shared_ptr<const std::string> bytes) 
     }
   }
   size_t pos = AlignUp(r.pos());
-  Element e;
+  Element& e = *out;
+  e = Element();
   e.set_key(key);
   for (auto& h : headers) {
     if (pos > s.size() || h.bytes > s.size() - pos) {
@@ -256,23 +350,23 @@ absl::StatusOr<Element> DecodeElement(std::shared_ptr<const std::string> bytes) 
         views.emplace_back(data + off, len);
         off += len;
       }
-      e.Set(h.name, Tensor::Strings(bytes, std::move(views), h.shape));
+      e.Set(std::move(h.name), Tensor::Strings(bytes, std::move(views), h.shape));
     } else {
       Buffer b{bytes, reinterpret_cast<const uint8_t*>(data), h.bytes};
       auto t = Tensor::FromBuffer(h.dtype, h.shape, b);
       if (!t.ok()) return Corrupt(pos, t.status().message());
-      e.Set(h.name, *std::move(t));
+      e.Set(std::move(h.name), *std::move(t));
     }
     pos = AlignUp(pos + h.bytes);
   }
-  return e;
+  return absl::OkStatus();
 }
 
 namespace {
 
 // lz4 unless `total` is small or the first 64 KiB of `data` barely compress.
 Codec ChooseCodecFromSample(size_t total, absl::string_view data) {
-  if (total < 4096 || data.empty()) return Codec::kNone;
+  if (total < kMinCompressedBytes || data.empty()) return Codec::kNone;
   size_t sample = std::min<size_t>(data.size(), 64 << 10);
   std::string out(static_cast<size_t>(LZ4_compressBound(static_cast<int>(sample))), '\0');
   int n = LZ4_compress_fast(data.data(), out.data(), static_cast<int>(sample), static_cast<int>(out.size()), 1);

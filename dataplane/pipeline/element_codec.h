@@ -64,6 +64,9 @@ class WireBytes {
   WireBytes() = default;
   // One range owning `bytes`.
   static WireBytes FromString(std::string bytes);
+  // One range without an owner: whoever makes it keeps the bytes alive as long as this object and
+  // its copies. A Builder copies such a range (it cannot view what nothing owns).
+  static WireBytes Unowned(const char* data, size_t size);
 
   absl::Span<const Range> ranges() const { return ranges_; }
   size_t size() const { return size_; }
@@ -79,16 +82,28 @@ class WireBytes {
 };
 
 std::string EncodeElement(const Element& element);
+// The size of EncodeElement(element)'s bytes, and those bytes written to `out` (room for
+// EncodedElementSize(element) bytes): for encoding small elements into a larger shared buffer
+// without an allocation per element.
+size_t EncodedElementSize(const Element& element);
+void EncodeElementTo(const Element& element, char* out);
 // The same bytes as EncodeElement, as ranges: the header, string payloads, padding and numeric
 // payloads shorter than `min_view_bytes` are copied; larger numeric payloads are views of the
 // tensors' buffers (no copy).
 WireBytes EncodeElementWire(const Element& element, size_t min_view_bytes = 16 << 10);
 // Tensors of the result view `bytes` (kept alive through their owners).
 absl::StatusOr<Element> DecodeElement(std::shared_ptr<const std::string> bytes);
+// The same for bytes inside a larger buffer that `owner` keeps alive.
+absl::StatusOr<Element> DecodeElement(std::shared_ptr<const void> owner, absl::string_view bytes);
+// The same into `out` (what it held is replaced; on an error it holds part of the element).
+absl::Status DecodeElementTo(std::shared_ptr<const void> owner, absl::string_view bytes, Element* out);
 
 enum class Codec { kNone = 0, kLz4 = 1, kZstd = 2 };
 
-// Picks a codec for `data`: none for small payloads (< 4 KiB) or when a sample barely compresses
+// ChooseCodec never compresses data smaller than this.
+inline constexpr size_t kMinCompressedBytes = 4096;
+
+// Picks a codec for `data`: none for small payloads (< kMinCompressedBytes) or when a sample barely compresses
 // (already-compressed JPEG bytes, random floats); lz4 otherwise.
 Codec ChooseCodec(const std::string& data);
 // The same choice for encoded ranges, sampling the largest range (the bulk of an element's data

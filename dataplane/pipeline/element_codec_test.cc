@@ -83,6 +83,20 @@ TEST_CASE("compression round-trips and AUTO skips incompressible or tiny data") 
   CHECK_FALSE(Decompress("x", Codec::kNone, uint64_t{1} << 40).ok());
 }
 
+TEST_CASE("EncodeElementTo writes EncodeElement's bytes into a caller's buffer") {
+  Element big = Sample();
+  big.Set("zero", Tensor::Allocate(DType::kInt32, {0}));
+  big.Set("odd", Tensor::Allocate(DType::kUInt8, {65}));
+  for (const Element& e : {Element(), Sample(), big}) {
+    const std::string want = EncodeElement(e);
+    REQUIRE(EncodedElementSize(e) == want.size());
+    std::string out(want.size() + 1, '\x7f');  // a sentinel after the end
+    EncodeElementTo(e, out.data());
+    CHECK(out.substr(0, want.size()) == want);
+    CHECK(out.back() == '\x7f');
+  }
+}
+
 TEST_CASE("EncodeElementWire gives EncodeElement's bytes, viewing large payloads without copying") {
   Element e = Sample();
   Tensor big = Tensor::Allocate(DType::kUInt8, {100000});

@@ -143,6 +143,16 @@ class SplitProvider {
     (void)split;
     (void)elements;
   }
+  // Handing input back (a drained data-service worker): once true, a reader stops before its next
+  // element, reports SplitReleased, and ends its split; GetNext then returns no further split.
+  // Checked before every element of a leased split: keep it cheap. The default: never.
+  virtual bool ReleaseRequested() const { return false; }
+  // The reader of `split` stopped before element `position` (skipped ones included) and reads no
+  // more of it: the rest is someone else's.
+  virtual void SplitReleased(const Split& split, int64_t position) {
+    (void)split;
+    (void)position;
+  }
 };
 
 // Opens `split` of `source` for a pipeline: discards split.skip elements and, when `provider`

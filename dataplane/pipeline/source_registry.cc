@@ -37,6 +37,11 @@ class LeasedSplitReader : public SplitReader {
       if (!skipped->has_value()) return End();
       ++position_;
     }
+    if (provider_ != nullptr && provider_->ReleaseRequested()) {
+      done_ = true;
+      provider_->SplitReleased(split_, position_);
+      return std::optional<Element>();
+    }
     if (provider_ != nullptr && position_ >= renew_at_) {
       auto lease = provider_->RenewLease(split_, position_);
       if (!lease.ok()) return lease.status();

@@ -3,6 +3,8 @@
 // cancellation.
 #include <algorithm>
 #include <catch2/catch.hpp>
+
+#include <atomic>
 #include <numeric>
 #include <set>
 
@@ -179,10 +181,21 @@ class LeasingSplitProvider : public SplitProvider {
     absl::MutexLock lock(&mu_);
     return finished_;
   }
+  bool ReleaseRequested() const override { return release_.load(); }
+  void SplitReleased(const Split& split, int64_t position) override {
+    absl::MutexLock lock(&mu_);
+    released_[split.index] = position;
+  }
+  std::map<uint64_t, int64_t> released() {
+    absl::MutexLock lock(&mu_);
+    return released_;
+  }
   bool short_lease_ = false;
+  std::atomic<bool> release_{false};
 
  private:
   absl::Mutex mu_;
+  std::map<uint64_t, int64_t> released_ ABSL_GUARDED_BY(mu_);
   std::vector<Split> splits_;
   size_t next_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<uint64_t, std::vector<int64_t>> renewals_ ABSL_GUARDED_BY(mu_);
@@ -219,6 +232,34 @@ TEST_CASE("sources skip a remainder's first elements, read under leases and repo
     CHECK(provider->renewals()[1] == std::vector<int64_t>{0, 2, 4, 6, 8, 10});
     CHECK(provider->finished() == std::map<uint64_t, int64_t>{{0, 10}, {1, 10}});
   }
+}
+
+TEST_CASE("a reader asked to hand its split back stops before its next element and names that position") {
+  auto p = MakePipeline("source: {range: {stop: 20, split_size: 10}}\n");
+  REQUIRE(p.ok());
+  auto listed = (*p)->ListSplits();
+  REQUIRE(listed.ok());
+  std::vector<Split> splits = *listed;
+  splits[0].skip = 2;  // a remainder: positions count its skipped elements too
+  auto provider = std::make_shared<LeasingSplitProvider>(splits);
+  auto it = (*p)->MakeIterator(provider);
+  REQUIRE(it.ok());
+  std::vector<int64_t> values;
+  for (int i = 0; i < 3; ++i) {
+    auto next = (*it)->Next();
+    REQUIRE(next.ok());
+    REQUIRE(next->has_value());
+    values.push_back(*(*next)->Find("value")->AsInt64());
+  }
+  CHECK(values == std::vector<int64_t>{2, 3, 4});
+  provider->release_ = true;
+  // The reader stops before element 5 of split 0 and reports it; the provider here still hands
+  // out split 1, whose reader stops before its first element.
+  auto next = (*it)->Next();
+  REQUIRE(next.ok());
+  CHECK(!next->has_value());
+  CHECK(provider->released() == std::map<uint64_t, int64_t>{{0, 5}, {1, 0}});
+  CHECK(provider->finished().empty());
 }
 
 TEST_CASE("a lease that does not cover the reader's position is an error naming the split") {

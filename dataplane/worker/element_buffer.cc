@@ -1,6 +1,7 @@
 #include "dataplane/worker/element_buffer.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 
@@ -87,12 +88,22 @@ ElementBuffer::ElementBuffer(size_t max_elements, size_t max_bytes)
     : max_elements_(std::max<size_t>(1, max_elements)), max_bytes_(std::max<size_t>(1, max_bytes)) {}
 
 bool ElementBuffer::Push(EncodedElementPtr element, CancelToken* cancel) {
-  CancelCallback wake(cancel, [this] { absl::MutexLock lock(&mu_); });
-  absl::MutexLock lock(&mu_);
   const size_t size = element->size();
   auto has_room = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return queue_.empty() || (queue_.size() < max_elements_ && bytes_ + size <= max_bytes_);
   };
+  {
+    // Most pushes find room: no cancel callback to register (an allocation per element).
+    absl::MutexLock lock(&mu_);
+    if (closed_) return false;
+    if (has_room()) {
+      bytes_ += size;
+      queue_.push_back(std::move(element));
+      return true;
+    }
+  }
+  CancelCallback wake(cancel, [this] { absl::MutexLock lock(&mu_); });
+  absl::MutexLock lock(&mu_);
   if (!closed_ && !has_room()) {
     // Full: wait until the readers took about half, so that a producer faster than its readers
     // wakes once per half buffer instead of once per element. Cancellation only ends the wait:
@@ -126,15 +137,29 @@ void ElementBuffer::Abort(absl::Status status) {
 }
 
 absl::StatusOr<ElementBuffer::Batch> ElementBuffer::Pop(size_t max_elements, size_t max_bytes, CancelToken* cancel) {
-  CancelCallback wake(cancel, [this] { absl::MutexLock lock(&mu_); });
-  absl::MutexLock lock(&mu_);
+  // A cancel callback (an allocation) only for a reader that has to wait; it is registered without
+  // the lock (lock order: the token's mutex, then ours), then the state is looked at again.
+  std::optional<CancelCallback> wake;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (wake.has_value() || !queue_.empty() || closed_ || IsCancelled(cancel)) {
+        return PopLocked(max_elements, max_bytes, cancel);
+      }
+    }
+    wake.emplace(cancel, [this] { absl::MutexLock lock(&mu_); });
+  }
+}
+
+absl::StatusOr<ElementBuffer::Batch> ElementBuffer::PopLocked(size_t max_elements, size_t max_bytes,
+                                                              CancelToken* cancel) {
   auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty() || closed_ || IsCancelled(cancel); };
   mu_.Await(absl::Condition(&ready));
   // Cancellation only ends a wait: what is there is handed out.
   if (queue_.empty() && !closed_) return absl::CancelledError("read cancelled");
+  max_elements = std::max<size_t>(1, max_elements);
   Batch batch;
   size_t batch_bytes = 0;
-  max_elements = std::max<size_t>(1, max_elements);
   while (!queue_.empty() && batch.elements.size() < max_elements) {
     size_t size = queue_.front()->size();
     if (!batch.elements.empty() && batch_bytes + size > max_bytes) break;

@@ -19,7 +19,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "dataplane/pipeline/element_codec.h"
 #include "dataplane/pipeline/tensor.h"
 #include "dataplane/worker/cancel_token.h"
@@ -29,10 +31,16 @@ namespace sluice::worker {
 
 struct EncodedElement {
   // EncodeElement bytes compressed with `codec`. Uncompressed, large tensor payloads are views of
-  // the tensors' memory (no copy until the kernel's); compressed, one owned buffer.
+  // the tensors' memory (no copy until the kernel's); compressed, one owned buffer. A range
+  // without an owner (an element in a WireEncoder slab) lives as long as this element, and is
+  // copied, never viewed, by WireBytes::Builder.
   pipeline::WireBytes bytes;
   pipeline::Codec codec = pipeline::Codec::kNone;
   uint64_t uncompressed_size = 0;
+  // Set by WireEncoder (response_encoder.h): this element as one `elements` entry of a
+  // GetElementsResponse (field key, length, ElementData), contiguous, living as long as the
+  // element. The response encoder sends it as it is.
+  absl::string_view framed;
 
   size_t size() const { return bytes.size(); }
 };
@@ -90,6 +98,9 @@ class ElementBuffer {
   bool drained() const;
 
  private:
+  absl::StatusOr<Batch> PopLocked(size_t max_elements, size_t max_bytes, CancelToken* cancel)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const size_t max_elements_;
   const size_t max_bytes_;
   mutable absl::Mutex mu_;

@@ -326,10 +326,18 @@ void WorkerServer::Shutdown(absl::Time deadline) {
 
 void WorkerServer::GracefulShutdown(WorkerImpl& worker, absl::Duration budget) {
   const absl::Time start = absl::Now();
-  // Phase budgets: serve buffered data and bound rounds for up to 40%, deregister by 60%, then stop.
-  const absl::Time serve_until = start + budget * 0.4;
-  const absl::Time deregister_until = start + budget * 0.6;
-  const absl::Time shutdown_until = start + budget * 0.8;
+  // Phase budgets: hand dynamic-sharding input back for up to 30%, serve buffered data and bound
+  // rounds until 50%, deregister by 70%, then stop.
+  const absl::Time handback_until = start + budget * 0.3;
+  const absl::Time serve_until = start + budget * 0.5;
+  const absl::Time deregister_until = start + budget * 0.7;
+  const absl::Time shutdown_until = start + budget * 0.85;
+  // Dynamic-sharding tasks first hand their input back, as in a dispatcher-requested drain: the
+  // splits go back at their readers' exact positions (not past the leases, as for a lost worker),
+  // the pipelines flush what they read, and the clients read it — nothing is lost if they keep
+  // reading within the budget.
+  worker.HandBackInput();
+  const bool handed_back = worker.WaitForHandBack(handback_until);
   worker.BeginDrain();
   // Tell the dispatcher at once, so it assigns nothing new here meanwhile.
   CallOptions draining_heartbeat;
@@ -337,11 +345,12 @@ void WorkerServer::GracefulShutdown(WorkerImpl& worker, absl::Duration budget) {
   (void)worker.Heartbeat(draining_heartbeat);
   const bool rounds_done = worker.WaitForInFlightRounds(serve_until);
   const bool streams_done = service_->threads().WaitForIdle(serve_until);
-  worker.StopHeartbeats(start + budget * 0.5);
+  worker.StopHeartbeats(start + budget * 0.6);
   (void)worker.Deregister(deregister_until);
   Shutdown(shutdown_until);
   worker.Stop();
   SLUICE_LOG(Info, "worker stopped")
+      .With("input_handed_back", handed_back)
       .With("rounds_completed", rounds_done)
       .With("streams_finished", streams_done)
       .With("shutdown_ms", absl::ToInt64Milliseconds(absl::Now() - start));

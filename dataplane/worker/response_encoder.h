@@ -1,17 +1,24 @@
 // The protobuf wire bytes of a GetElementsResponse, written by hand so that element payloads go
-// out as views of the tensors' memory instead of being copied into a message first.
+// out as views of the tensors' memory instead of being copied into a message first, and the
+// encoder that prepares small elements for that.
 //
 // The output is byte-for-byte what any protobuf parser reads as a GetElementsResponse (field
 // order: elements, then end_of_sequence; inside ElementData: data, compression,
 // uncompressed_size; default values omitted as proto3 does). Small fields are gathered into owned
-// buffers; payload ranges of at least `min_view_bytes` stay views. Stateless; thread-safe.
+// buffers; payload ranges of at least `min_view_bytes` stay views; elements a WireEncoder framed
+// go out as they are, a run of them adjacent in one slab as one range. EncodeElementsResponse is
+// stateless and thread-safe; a WireEncoder is used by one thread at a time.
 #ifndef SLUICE_DATAPLANE_WORKER_RESPONSE_ENCODER_H_
 #define SLUICE_DATAPLANE_WORKER_RESPONSE_ENCODER_H_
 
+#include <cstddef>
+#include <memory>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "dataplane/pipeline/element_codec.h"
 #include "dataplane/worker/element_buffer.h"
+#include "dataservice.pb.h"
 
 namespace sluice::worker {
 
@@ -23,6 +30,36 @@ struct ElementsResponse {
 };
 
 pipeline::WireBytes EncodeElementsResponse(const ElementsResponse& response, size_t min_view_bytes = 16 << 10);
+
+// The bytes around an element's data in its `elements` entry of a GetElementsResponse: `head`
+// (entry key and length, ElementData.data key and length) and `tail` (compression,
+// uncompressed_size; default values omitted).
+struct EntryFraming {
+  char head[24];
+  size_t head_size = 0;
+  char tail[24];
+  size_t tail_size = 0;
+  size_t size(uint64_t data_size) const { return head_size + data_size + tail_size; }
+};
+EntryFraming FrameElementEntry(uint64_t data_size, service::Compression compression, uint64_t uncompressed_size);
+
+// Encodes a producer's elements as EncodeForWire does. Small elements that go out uncompressed
+// (framed, at most kMaxSlabElementBytes) are written with their framing (EncodedElement::framed)
+// into a shared slab of kSlabBytes, and their EncodedElements live in the slab too: no
+// allocation per element, and EncodeElementsResponse sends a run of them as one range without
+// copying. A slab is freed once the last of its elements is dropped (the elements of a task are
+// consumed in order, so slabs go soon; a live element keeps at most one slab alive).
+class WireEncoder {
+ public:
+  static constexpr size_t kSlabBytes = 256 << 10;
+  static constexpr size_t kMaxSlabElementBytes = 16 << 10;
+
+  absl::StatusOr<EncodedElementPtr> Encode(const pipeline::Element& element, service::Compression compression);
+
+ private:
+  struct Slab;
+  std::shared_ptr<Slab> slab_;
+};
 
 }  // namespace sluice::worker
 

@@ -76,3 +76,68 @@ TEST_CASE("response_encoder: empty responses, varint sizes across 1- to 4-byte l
 
 }  // namespace
 }  // namespace sluice::worker
+
+namespace sluice::worker {
+namespace {
+
+pipeline::Element Small(size_t payload, uint8_t seed) {
+  pipeline::Element e;
+  pipeline::Tensor t = pipeline::Tensor::Allocate(pipeline::DType::kUInt8, {static_cast<int64_t>(payload)});
+  for (size_t i = 0; i < payload; ++i) t.mutable_data<uint8_t>()[i] = static_cast<uint8_t>(seed + i);
+  e.Set("data", t);
+  e.Set("text", pipeline::Tensor::StringsCopy({"a", std::string(seed, 'x')}, {2}));
+  e.set_key(seed);
+  return e;
+}
+
+TEST_CASE("WireEncoder: small elements framed in slabs go out as one range, bytes as protobuf's") {
+  ElementsResponse r;
+  {
+    WireEncoder encoder;  // the elements outlive their encoder
+    for (uint8_t i = 0; i < 40; ++i) {
+      auto e = encoder.Encode(Small(1000 + i, i), i % 2 ? service::COMPRESSION_NONE : service::COMPRESSION_AUTO);
+      REQUIRE(e.ok());
+      CHECK(!(*e)->framed.empty());
+      CHECK((*e)->codec == pipeline::Codec::kNone);
+      CHECK((*e)->bytes.Flatten() == pipeline::EncodeElement(Small(1000 + i, i)));
+      r.elements.push_back(*std::move(e));
+    }
+  }
+  r.end_of_sequence = true;
+  const pipeline::WireBytes wire = EncodeElementsResponse(r);
+  CHECK(wire.Flatten() == ViaProtobuf(r));
+  // 40 adjacent entries of one slab: one view, then the copied end_of_sequence.
+  REQUIRE(wire.ranges().size() == 2);
+  CHECK(wire.ranges()[0].data == r.elements[0]->framed.data());
+  service::GetElementsResponse parsed;
+  REQUIRE(parsed.ParseFromString(wire.Flatten()));
+  REQUIRE(parsed.elements_size() == 40);
+  CHECK(parsed.elements(7).uncompressed_size() == r.elements[7]->uncompressed_size);
+  CHECK(parsed.elements(7).compression() == service::COMPRESSION_NONE);
+}
+
+TEST_CASE("WireEncoder: large, compressed and slab-crossing elements, mixed in one response") {
+  WireEncoder encoder;
+  ElementsResponse r;
+  auto add = [&](const pipeline::Element& e, service::Compression c, bool want_framed) {
+    auto encoded = encoder.Encode(e, c);
+    REQUIRE(encoded.ok());
+    CHECK((*encoded)->framed.empty() == !want_framed);
+    r.elements.push_back(*std::move(encoded));
+  };
+  add(Small(100, 1), service::COMPRESSION_NONE, true);
+  add(Small(20000, 2), service::COMPRESSION_NONE, false);  // above kMaxSlabElementBytes
+  add(Small(3000, 3), service::COMPRESSION_LZ4, false);    // compressed: its own buffer
+  add(Small(5000, 4), service::COMPRESSION_AUTO, false);   // AUTO samples what may compress
+  add(Small(100, 5), service::COMPRESSION_NONE, true);
+  // Fill the slab past its end: the entries go on in a new slab.
+  for (int i = 0; i < 30; ++i) add(Small(15000, static_cast<uint8_t>(i)), service::COMPRESSION_NONE, true);
+  for (size_t min_view : {size_t{1}, size_t{16} << 10, size_t{1} << 30}) {
+    INFO("min_view_bytes " << min_view);
+    CHECK(EncodeElementsResponse(r, min_view).Flatten() == ViaProtobuf(r));
+  }
+  CHECK_FALSE(encoder.Encode(Small(10, 1), static_cast<service::Compression>(42)).ok());
+}
+
+}  // namespace
+}  // namespace sluice::worker

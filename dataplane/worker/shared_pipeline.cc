@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "dataplane/worker/response_encoder.h"
 
 namespace sluice::worker {
 
@@ -35,6 +36,7 @@ void SharedPipelineRun::ProduceLoop() {
     status_ = iterator.status();
     return;
   }
+  WireEncoder encoder;
   while (true) {
     {
       absl::MutexLock lock(&mu_);
@@ -52,7 +54,7 @@ void SharedPipelineRun::ProduceLoop() {
     }
     auto next = (*iterator)->Next();
     absl::StatusOr<EncodedElementPtr> encoded;
-    if (next.ok() && next->has_value()) encoded = EncodeForWire(**next, service::COMPRESSION_AUTO);
+    if (next.ok() && next->has_value()) encoded = encoder.Encode(**next, service::COMPRESSION_AUTO);
     absl::MutexLock lock(&mu_);
     if (!next.ok() || (next->has_value() && !encoded.ok())) {
       done_ = true;

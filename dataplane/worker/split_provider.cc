@@ -1,6 +1,7 @@
 #include "dataplane/worker/split_provider.h"
 
 #include <algorithm>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
@@ -67,9 +68,53 @@ bool DispatcherSplitProvider::FinishesPending() const {
   return false;
 }
 
+bool DispatcherSplitProvider::DirtyLeases() const {
+  for (const auto& [index, lease] : leases_) {
+    if (lease.dirty) return true;
+  }
+  return false;
+}
+
+bool DispatcherSplitProvider::ReleasesPending() const {
+  if (!returns_.empty()) return true;
+  for (const auto& [index, lease] : leases_) {
+    if (lease.released) return true;
+  }
+  return false;
+}
+
 bool DispatcherSplitProvider::NeedFetch() const {
-  return !stopped_ && error_.ok() && !fetch_in_flight_ &&
-         ((!end_of_splits_ && queue_.size() <= refill_threshold_) || NeedAck());
+  if (stopped_ || !error_.ok() || fetch_in_flight_) return false;
+  // Handing back: only the hand-backs, acknowledgements and finishes are sent; nothing is fetched.
+  if (release_) return !returns_.empty() || DirtyLeases() || !unreported_starts_.empty();
+  return (!end_of_splits_ && queue_.size() <= refill_threshold_) || NeedAck();
+}
+
+void DispatcherSplitProvider::StartReleaseLocked() {
+  if (release_) return;
+  release_ = true;
+  release_flag_.store(true);
+  for (const auto& [split, split_epoch] : queue_) returns_.push_back(split.index);
+  SLUICE_LOG(Info, "handing splits back (the worker is drained)")
+      .With("task_id", task_id_)
+      .With("epoch", epoch_)
+      .With("unstarted", static_cast<int64_t>(queue_.size()))
+      .With("reading", static_cast<int64_t>(leases_.size()));
+  queue_.clear();
+}
+
+void DispatcherSplitProvider::RequestRelease() {
+  absl::MutexLock lock(&mu_);
+  StartReleaseLocked();
+}
+
+void DispatcherSplitProvider::SplitReleased(const pipeline::Split& split, int64_t position) {
+  absl::MutexLock lock(&mu_);
+  auto it = leases_.find(split.index);
+  if (it == leases_.end() || it->second.finished) return;
+  it->second.released = true;
+  it->second.released_at = position;
+  it->second.dirty = true;
 }
 
 void DispatcherSplitProvider::FetchLoop() {
@@ -89,18 +134,24 @@ void DispatcherSplitProvider::FetchLoop() {
       request.set_task_id(task_id_);
       request.set_worker_address(worker_address_);
       // A call made only to acknowledge starts asks for no splits (keeps the batches large).
-      ack_only = end_of_splits_ || queue_.size() > refill_threshold_;
+      ack_only = release_ || end_of_splits_ || queue_.size() > refill_threshold_;
       request.set_max_splits(ack_only ? 0 : options_.max_splits - static_cast<int>(queue_.size()));
       request.set_epoch(epoch_);
       for (uint64_t index : unreported_starts_) request.add_started_split_indices(index);
+      for (uint64_t index : returns_) request.add_returned_split_indices(index);
       unreported_starts_.clear();
       for (auto& [index, lease] : leases_) {
         if (!lease.dirty) continue;
         service::SplitProgress* p = request.add_progress();
         p->set_index(index);
         p->set_epoch(lease.epoch);
-        p->set_lease_end(lease.requested > lease.granted ? lease.requested : -1);
-        p->set_finished(lease.finished);
+        if (lease.released) {
+          p->set_lease_end(lease.released_at);
+          p->set_released(true);
+        } else {
+          p->set_lease_end(lease.requested > lease.granted ? lease.requested : -1);
+          p->set_finished(lease.finished);
+        }
         lease.dirty = false;
       }
       covers = started_;  // every start so far is in this request or was acknowledged before
@@ -147,10 +198,22 @@ void DispatcherSplitProvider::FetchLoop() {
         for (const service::SplitProgress& p : request.progress()) {
           auto it = leases_.find(p.index());
           if (it == leases_.end()) continue;
+          if (p.released() || p.finished()) {
+            leases_.erase(it);
+            continue;
+          }
           it->second.granted = std::max(it->second.granted, p.lease_end());
-          if (p.finished()) leases_.erase(it);
         }
-        if (ack_only) {
+        if (request.returned_split_indices_size() > 0) {  // acknowledged: no longer this task's
+          const std::set<uint64_t> done(request.returned_split_indices().begin(), request.returned_split_indices().end());
+          returns_.erase(std::remove_if(returns_.begin(), returns_.end(), [&](uint64_t i) { return done.count(i) > 0; }),
+                         returns_.end());
+        }
+        if (response->release()) StartReleaseLocked();
+        if (release_) {
+          // Nothing is read any more: splits in this answer go straight back.
+          for (const auto& split : response->splits()) returns_.push_back(split.index());
+        } else if (ack_only) {
           // Acknowledgements only: no splits were asked for, so an empty answer means nothing.
           for (const auto& split : response->splits()) queue_.emplace_back(FromProto(split), response->epoch());
           end_of_splits_ = end_of_splits_ || response->end_of_splits();
@@ -193,7 +256,8 @@ absl::StatusOr<std::optional<pipeline::Split>> DispatcherSplitProvider::GetNext(
   absl::Time wait_start = absl::Now();
   mu_.Await(absl::Condition(
       +[](DispatcherSplitProvider* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        return self->stopped_ || !self->queue_.empty() || self->end_of_splits_ || !self->error_.ok();
+        return self->stopped_ || !self->queue_.empty() || self->end_of_splits_ || !self->error_.ok() ||
+               self->release_;
       },
       this));
   const double waited = absl::ToDoubleSeconds(absl::Now() - wait_start);
@@ -231,13 +295,24 @@ absl::StatusOr<std::optional<pipeline::Split>> DispatcherSplitProvider::GetNext(
       stats_.wait_ack_seconds += absl::ToDoubleSeconds(absl::Now() - wait_start);
       if (stopped_) return absl::CancelledError(absl::StrCat("task_id ", task_id_, ": split provider cancelled"));
       if (acked_ < start) return error_;
+      if (release_) {
+        // Handed back meanwhile: the split is started but not one element of it read; it goes
+        // back whole (from its skip).
+        Lease& lease = leases_[split.index];
+        lease.epoch = split_epoch;
+        lease.released = true;
+        lease.released_at = split.skip;
+        lease.dirty = true;
+      }
     }
-    return std::optional<pipeline::Split>(std::move(split));
+    if (!release_) return std::optional<pipeline::Split>(std::move(split));
   }
   if (!error_.ok()) return error_;
-  // The end of the epoch: first the dispatcher must know which splits were read to their end.
+  // The end of the epoch: first the dispatcher must know which splits were read to their end (and,
+  // handing back, that it took back every split: the task must not end before, or a finish would
+  // make a remainder past where its reader stopped).
   auto acknowledged = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return stopped_ || !error_.ok() || !FinishesPending();
+    return stopped_ || !error_.ok() || (!FinishesPending() && !(release_ && ReleasesPending()));
   };
   wait_start = absl::Now();
   mu_.Await(absl::Condition(&acknowledged));
@@ -294,6 +369,12 @@ absl::Status DispatcherSplitProvider::Reset() {
       this));
   if (stopped_) return absl::CancelledError(absl::StrCat("task_id ", task_id_, ": split provider cancelled"));
   if (!error_.ok()) return error_;
+  if (release_) {
+    // Handing back: no epoch of the job is this task's business any more.
+    ++epoch_;
+    started_in_epoch_ = 0;
+    return absl::OkStatus();
+  }
   if (!end_of_splits_) {
     // The pipeline stopped reading mid-epoch (e.g. `take` before `repeat`). The splits still queued
     // were handed to this task; acknowledge them as started so the dispatcher neither waits for them

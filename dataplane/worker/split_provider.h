@@ -25,6 +25,13 @@
 //    means "nothing now, ask again" (the next epoch is not open yet, or other splits of this one
 //    are not started yet): polled with backoff, cut short when the source waits on an empty queue
 //    and there are starts to report (they may be what ends the epoch);
+//  - release (a drained worker: RequestRelease, or GetSplitsResponse.release): the provider starts
+//    no further split, hands its queued ones back (returned_split_indices), and its readers stop
+//    before their next element and hand the rest of their splits back at that exact position
+//    (SplitProgress.released: a remainder for another worker, nothing read twice or lost). GetNext
+//    then returns the end once the dispatcher acknowledged every hand-back, and Reset no longer
+//    asks the dispatcher anything: the task ends after its pipeline flushed what it read. Needs
+//    leases to stop mid-split; without them a split being read is read to its end;
 //  - UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED and a CANCELLED the provider did not
 //    cause (the dispatcher shut down mid-call) are retried with exponential backoff (a restarting
 //    dispatcher); other errors are returned by GetNext once the queue is empty;
@@ -34,6 +41,7 @@
 #ifndef SLUICE_DATAPLANE_WORKER_SPLIT_PROVIDER_H_
 #define SLUICE_DATAPLANE_WORKER_SPLIT_PROVIDER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -91,6 +99,13 @@ class DispatcherSplitProvider : public pipeline::SplitProvider {
   absl::StatusOr<pipeline::SplitLease> RenewLease(const pipeline::Split& split, int64_t position) override;
   void SplitFinished(const pipeline::Split& split, int64_t elements) override;
   bool UsesLeases() const override { return leases_on(); }
+  bool ReleaseRequested() const override { return release_flag_.load(std::memory_order_relaxed); }
+  void SplitReleased(const pipeline::Split& split, int64_t position) override;
+
+  // Hands the input back (see "release" above). Any thread; idempotent.
+  void RequestRelease();
+  // Whether the input is being (or was) handed back.
+  bool releasing() const { return release_flag_.load(); }
 
   // Stops fetching; GetNext and Reset return CANCELLED from now on.
   void Cancel();
@@ -111,6 +126,10 @@ class DispatcherSplitProvider : public pipeline::SplitProvider {
   bool NeedFetch() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool NeedAck() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool FinishesPending() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hand-backs not acknowledged yet (returned splits, released leases).
+  bool ReleasesPending() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool DirtyLeases() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartReleaseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool leases_on() const { return options_.ack_before_start && options_.leases; }
 
   // A started split's lease, until its end is acknowledged.
@@ -120,7 +139,9 @@ class DispatcherSplitProvider : public pipeline::SplitProvider {
     int64_t requested = -1;  // lease end to report
     int64_t window = 0;
     bool finished = false;
-    bool dirty = false;      // requested or finished not sent yet
+    bool released = false;   // handed back at released_at (a drained worker)
+    int64_t released_at = -1;
+    bool dirty = false;      // requested, finished or released not sent yet
   };
 
   DispatcherClient* const dispatcher_;
@@ -144,6 +165,9 @@ class DispatcherSplitProvider : public pipeline::SplitProvider {
   int64_t started_in_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t acked_ ABSL_GUARDED_BY(mu_) = 0;  // ack_before_start: starts 1..acked_ are acknowledged
   int waiting_readers_ ABSL_GUARDED_BY(mu_) = 0;  // GetNext calls waiting for a split
+  bool release_ ABSL_GUARDED_BY(mu_) = false;     // handing the input back
+  std::atomic<bool> release_flag_{false};          // release_, read without the lock by readers
+  std::vector<uint64_t> returns_ ABSL_GUARDED_BY(mu_);  // unstarted splits to hand back, until acknowledged
   SplitProviderStats stats_ ABSL_GUARDED_BY(mu_);
 
   std::thread fetcher_;

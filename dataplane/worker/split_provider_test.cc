@@ -393,6 +393,70 @@ TEST_CASE("worker_split_provider: Reset reports splits the pipeline left mid-way
   CHECK(fake.finished() == std::multiset<uint64_t>{0, 1, 2, 3});
 }
 
+TEST_CASE("worker_split_provider: a release hands queued splits back whole and the read one at the reader's position") {
+  FakeDispatcher fake;
+  fake.SetSplits(MakeSplits(10));
+  SplitProviderOptions options = FastRetry();
+  options.lease_elements = 4;
+  DispatcherSplitProvider provider(&fake, 1, "w:1", options);
+  auto first = provider.GetNext();
+  REQUIRE(first.ok());
+  REQUIRE(first->has_value());
+  const pipeline::Split split = **first;
+  REQUIRE(provider.RenewLease(split, 0).ok());
+  CHECK(!provider.ReleaseRequested());
+  provider.RequestRelease();
+  provider.RequestRelease();  // idempotent
+  CHECK(provider.ReleaseRequested());
+  CHECK(provider.releasing());
+  provider.SplitReleased(split, 3);
+  // The end comes only once the dispatcher acknowledged both hand-backs.
+  auto end = provider.GetNext();
+  REQUIRE(end.ok());
+  CHECK(!end->has_value());
+  std::set<uint64_t> returned;
+  int released = 0;
+  for (const auto& request : fake.get_splits_requests()) {
+    returned.insert(request.returned_split_indices().begin(), request.returned_split_indices().end());
+    for (const auto& p : request.progress()) {
+      if (!p.released()) continue;
+      ++released;
+      CHECK(p.index() == split.index);
+      CHECK(p.lease_end() == 3);
+      CHECK(!p.finished());
+    }
+  }
+  // The first call fetched splits 0..7; 0 was being read, 1..7 were queued.
+  CHECK(returned == std::set<uint64_t>{1, 2, 3, 4, 5, 6, 7});
+  CHECK(released == 1);
+  // No further epoch is this task's business: Reset asks nothing and the next epoch is empty.
+  const size_t calls = fake.get_splits_requests().size();
+  REQUIRE(provider.Reset().ok());
+  auto next_epoch = provider.GetNext();
+  REQUIRE(next_epoch.ok());
+  CHECK(!next_epoch->has_value());
+  for (size_t i = calls; i < fake.get_splits_requests().size(); ++i) {
+    CHECK(fake.get_splits_requests()[i].max_splits() == 0);
+  }
+}
+
+TEST_CASE("worker_split_provider: a dispatcher's release flag starts the hand-back - splits in that answer go back") {
+  FakeDispatcher fake;
+  fake.SetSplits(MakeSplits(10));
+  fake.SetRelease(true);
+  DispatcherSplitProvider provider(&fake, 1, "w:1", FastRetry());
+  REQUIRE(WaitUntil([&] { return provider.releasing(); }));
+  auto end = provider.GetNext();
+  REQUIRE(end.ok());
+  CHECK(!end->has_value());
+  std::set<uint64_t> returned;
+  for (const auto& request : fake.get_splits_requests()) {
+    returned.insert(request.returned_split_indices().begin(), request.returned_split_indices().end());
+  }
+  CHECK(returned.size() == 8);  // everything the first answer handed out, none started
+  CHECK(provider.splits_started() == 0);
+}
+
 TEST_CASE("worker_split_provider converts splits to and from the wire") {
   pipeline::Split split{5, "/data/a.tfrecord", 10, 20};
   CHECK(FromProto(ToProto(split)) == split);

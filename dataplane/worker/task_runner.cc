@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "dataplane/pipeline/plugin.h"
 #include "dataplane/pipeline/spec_parser.h"
+#include "dataplane/worker/response_encoder.h"
 
 namespace sluice::worker {
 namespace {
@@ -93,7 +94,7 @@ class PipelineProducer : public ElementProducer {
         return Annotate(next.status(), task_, "pipeline");
       }
       if (next->has_value()) {
-        auto encoded = EncodeForWire(**next, task_.compression());
+        auto encoded = encoder_.Encode(**next, task_.compression());
         if (!encoded.ok()) return Annotate(encoded.status(), task_, "encoding an element");
         ++produced_in_epoch_;
         if (metrics_ != nullptr) metrics_->AddProduced(1, static_cast<int64_t>((*encoded)->size()));
@@ -102,6 +103,8 @@ class PipelineProducer : public ElementProducer {
       iterator_.reset();
       if (dynamic_ != nullptr) LogDynamicEpoch();
       ++epoch_;
+      // Input handed back (a drained worker): what was read is produced, no further epoch here.
+      if (dynamic_ != nullptr && dynamic_->releasing()) return std::optional<EncodedElementPtr>();
       if (produced_in_epoch_ > 0) {
         empty_epoch_backoff_ = absl::Milliseconds(10);
         continue;
@@ -124,6 +127,10 @@ class PipelineProducer : public ElementProducer {
   std::vector<uint64_t> TakeUnreportedStarts() override {
     return dynamic_ != nullptr ? dynamic_->TakeUnreportedStarts() : std::vector<uint64_t>();
   }
+  void ReleaseInput() override {
+    if (dynamic_ != nullptr) dynamic_->RequestRelease();
+  }
+  bool Releasing() const override { return dynamic_ != nullptr && dynamic_->releasing(); }
   void RestoreUnreportedStarts(const std::vector<uint64_t>& indices) override {
     if (dynamic_ != nullptr) dynamic_->RestoreUnreportedStarts(indices);
   }
@@ -172,6 +179,7 @@ class PipelineProducer : public ElementProducer {
   absl::Time epoch_start_;
   SplitProviderStats last_stats_;
   absl::Duration empty_epoch_backoff_ = absl::Milliseconds(10);
+  WireEncoder encoder_;
 };
 
 // Reads the shared run of the task's dataset, one run per epoch.
@@ -373,6 +381,11 @@ absl::StatusOr<ElementBuffer::Batch> StreamingTaskRunner::GetNextBatch(size_t ma
 absl::StatusOr<RoundElement> StreamingTaskRunner::GetRoundElement(int64_t, int64_t, bool, CancelToken*) {
   return absl::FailedPreconditionError(absl::StrCat("task_id ", task_id(),
                                                     " is not a coordinated-read task (num_consumers 0): use GetElements"));
+}
+
+bool StreamingTaskRunner::HandBackDone() const {
+  if (!producer_->Releasing() || stopped_.load()) return true;
+  return buffer_.closed() && buffer_.size() == 0;
 }
 
 void StreamingTaskRunner::BeginDrain() {

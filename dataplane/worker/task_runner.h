@@ -80,6 +80,11 @@ class ElementProducer {
   // Dynamic sharding: started splits to acknowledge (see DispatcherSplitProvider).
   virtual std::vector<uint64_t> TakeUnreportedStarts() { return {}; }
   virtual void RestoreUnreportedStarts(const std::vector<uint64_t>&) {}
+  // Dynamic sharding, a drained worker: hand the input back (DispatcherSplitProvider::RequestRelease)
+  // and end once what was read is produced. Any thread; idempotent. Other producers ignore it.
+  virtual void ReleaseInput() {}
+  // Whether the input is being handed back (ReleaseInput took effect).
+  virtual bool Releasing() const { return false; }
 };
 
 // The producer for `task`: SharedProducer when it asks for cross-job sharing, else PipelineProducer.
@@ -136,6 +141,12 @@ class TaskRunner {
   // The elements of this task the job's clients reported received (from a dispatcher heartbeat
   // answer; only growth counts). Streaming tasks under max_undelivered_elements resume on it.
   virtual void SetDelivered(int64_t /*elements*/) {}
+  // The dispatcher drains the worker: a DYNAMIC task hands its splits back and ends once its
+  // pipeline flushed what it read (ElementProducer::ReleaseInput). Any thread; idempotent.
+  virtual void ReleaseInput() {}
+  // True unless the task is handing its input back and has not yet produced its last element or
+  // had its buffer read (SIGTERM waits for this before it stops serving).
+  virtual bool HandBackDone() const { return true; }
 
  protected:
   const service::TaskDef def_;
@@ -159,6 +170,8 @@ class StreamingTaskRunner : public TaskRunner {
   std::vector<uint64_t> TakeUnreportedStarts() override { return producer_->TakeUnreportedStarts(); }
   void RestoreUnreportedStarts(const std::vector<uint64_t>& i) override { producer_->RestoreUnreportedStarts(i); }
   void SetDelivered(int64_t elements) override;
+  void ReleaseInput() override { producer_->ReleaseInput(); }
+  bool HandBackDone() const override;
 
  private:
   void ProduceLoop();

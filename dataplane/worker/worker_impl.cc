@@ -161,7 +161,7 @@ absl::Status WorkerImpl::Heartbeat(const CallOptions& options) {
     registered_ = true;
     if (response->heartbeat_interval_ms() > 0) heartbeat_interval_ = absl::Milliseconds(response->heartbeat_interval_ms());
     for (const auto& task : response->new_tasks()) {
-      if (!draining_ && !stopping_ && tasks_.count(task.task_id()) == 0) to_create.push_back(&task);
+      if (!draining_ && !stopping_ && !input_released_ && tasks_.count(task.task_id()) == 0) to_create.push_back(&task);
     }
     for (const auto& received : response->received()) {  // what the clients got: room under the cap
       if (auto it = tasks_.find(received.task_id()); it != tasks_.end()) it->second->SetDelivered(received.elements());
@@ -178,6 +178,20 @@ absl::Status WorkerImpl::Heartbeat(const CallOptions& options) {
         .With("sharding", service::ShardingPolicy_Name(task->sharding()))
         .With("num_consumers", static_cast<int64_t>(task->num_consumers()))
         .With("cross_job_sharing", task->cross_job_sharing());
+  }
+  if (response->draining()) {
+    // The dispatcher drains this worker (it is about to be removed): its tasks hand their input
+    // back and end once what they read has been served. Idempotent.
+    bool first = false;
+    std::vector<std::shared_ptr<TaskRunner>> all;
+    {
+      absl::MutexLock lock(&mu_);
+      first = !input_released_;
+      input_released_ = true;
+      for (const auto& [id, runner] : tasks_) all.push_back(runner);
+    }
+    if (first) SLUICE_LOG(Info, "drained by the dispatcher: handing splits back").With("tasks", static_cast<int64_t>(all.size()));
+    for (auto& runner : all) runner->ReleaseInput();
   }
   std::vector<std::shared_ptr<TaskRunner>> removed;
   {
@@ -301,6 +315,31 @@ absl::StatusOr<service::GetElementsResponse> WorkerImpl::GetElement(const servic
     data->set_round(request.round());
   }
   return response;
+}
+
+void WorkerImpl::HandBackInput() {
+  std::vector<std::shared_ptr<TaskRunner>> runners;
+  {
+    absl::MutexLock lock(&mu_);
+    input_released_ = true;
+    for (const auto& [id, runner] : tasks_) runners.push_back(runner);
+  }
+  for (auto& runner : runners) runner->ReleaseInput();
+}
+
+bool WorkerImpl::WaitForHandBack(absl::Time deadline) {
+  std::vector<std::shared_ptr<TaskRunner>> runners;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, runner] : tasks_) runners.push_back(runner);
+  }
+  while (true) {
+    const bool done = std::all_of(runners.begin(), runners.end(), [](const auto& r) { return r->HandBackDone(); });
+    if (done) return true;
+    if (absl::Now() >= deadline || stop_token_.WaitFor(std::min(absl::Milliseconds(10), deadline - absl::Now()))) {
+      return false;
+    }
+  }
 }
 
 void WorkerImpl::BeginDrain() {

@@ -71,6 +71,13 @@ class WorkerImpl {
   // The runner of `task_id`, waiting up to unknown_task_wait for a heartbeat to bring it.
   absl::StatusOr<std::shared_ptr<TaskRunner>> FindTask(int64_t task_id, CancelToken* cancel);
 
+  // SIGTERM's first step: dynamic-sharding tasks hand their input back (as when the dispatcher
+  // drains this worker: splits go back at their readers' positions, pipelines flush what they
+  // read) and no new task is taken. Idempotent.
+  void HandBackInput();
+  // Waits until every task that handed its input back has produced its last element and its
+  // buffer was read, or `deadline`. True when all have.
+  bool WaitForHandBack(absl::Time deadline);
   void BeginDrain();
   // Waits until no coordinated round is half served, or `deadline`. True when none is.
   bool WaitForInFlightRounds(absl::Time deadline);
@@ -103,6 +110,7 @@ class WorkerImpl {
   std::map<int64_t, std::shared_ptr<TaskRunner>> tasks_ ABSL_GUARDED_BY(mu_);
   bool registered_ ABSL_GUARDED_BY(mu_) = false;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool input_released_ ABSL_GUARDED_BY(mu_) = false;  // the dispatcher said draining: tasks handed input back
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool heartbeat_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool heartbeats_stopping_ ABSL_GUARDED_BY(mu_) = false;

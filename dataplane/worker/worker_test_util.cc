@@ -31,6 +31,11 @@ void FakeDispatcher::FailNextGetSplits(int n, absl::StatusCode code) {
   fail_code_ = code;
 }
 
+void FakeDispatcher::SetRelease(bool release) {
+  absl::MutexLock lock(&mu_);
+  release_ = release;
+}
+
 void FakeDispatcher::FailHeartbeats(bool fail) {
   absl::MutexLock lock(&mu_);
   fail_heartbeats_ = fail;
@@ -103,6 +108,7 @@ absl::StatusOr<service::GetSplitsResponse> FakeDispatcher::GetSplits(const servi
   }
   service::GetSplitsResponse response;
   response.set_epoch(epoch_);
+  response.set_release(release_);
   if (request.epoch() > epoch_) {
     if (num_epochs_ >= 0 && request.epoch() >= num_epochs_) {
       response.set_end_of_splits(true);  // past the last epoch

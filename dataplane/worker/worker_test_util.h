@@ -32,6 +32,8 @@ class FakeDispatcher : public DispatcherClient {
  public:
   // Splits of the dynamic job; `num_epochs` epochs (-1: forever).
   void SetSplits(std::vector<pipeline::Split> splits, int64_t num_epochs = 1);
+  // GetSplitsResponse.release in every answer from now on (a draining worker).
+  void SetRelease(bool release);
   // The next `n` GetSplits calls fail with `code`.
   void FailNextGetSplits(int n, absl::StatusCode code = absl::StatusCode::kUnavailable);
   void FailHeartbeats(bool fail);
@@ -69,6 +71,7 @@ class FakeDispatcher : public DispatcherClient {
   int fail_get_splits_ ABSL_GUARDED_BY(mu_) = 0;
   absl::StatusCode fail_code_ ABSL_GUARDED_BY(mu_) = absl::StatusCode::kUnavailable;
   bool fail_heartbeats_ ABSL_GUARDED_BY(mu_) = false;
+  bool release_ ABSL_GUARDED_BY(mu_) = false;
   bool block_get_splits_ ABSL_GUARDED_BY(mu_) = false;
   int64_t calls_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t calls_with_splits_ ABSL_GUARDED_BY(mu_) = 0;

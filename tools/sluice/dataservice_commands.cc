@@ -640,9 +640,10 @@ int RunUpAutoscaled(const UpOptions& options, std::ostream& out, std::ostream& e
                             : 0;
       } else {
         const auto& x = d.decision;
+        // Settled also means no removal still draining (it is reported by a later decision).
         const bool waiting = x.Has(autoscaler::Reason::kScaleDownStabilized) ||
                              x.Has(autoscaler::Reason::kHeldUntilSettled) || x.holding ||
-                             x.direction != autoscaler::Direction::kNone;
+                             x.direction != autoscaler::Direction::kNone || !d.still_draining.empty();
         const bool window_after_drop =
             absl::Seconds(options.period_seconds) * static_cast<double>(d.number - phase_first_decision) >
             absl::Seconds(options.window_seconds + options.scale_down_window_seconds);

@@ -110,7 +110,7 @@ class FakeWorkerRpc::Stream final : public ElementStream {
     ended_ = true;
   }
 
-  bool Read(service::GetElementsResponse* response) override {
+  bool Read(grpc::ByteBuffer* message) override {
     absl::MutexLock l(&rpc_->mu_);
     auto ready = [this] {
       rpc_->mu_.AssertHeld();
@@ -128,7 +128,11 @@ class FakeWorkerRpc::Stream final : public ElementStream {
       End(e.status);
       return false;
     }
-    *response = std::move(e.response);
+    // As a worker sends it: the message's wire bytes.
+    auto* bytes = new std::string(e.response.SerializeAsString());
+    grpc::Slice slice(
+        bytes->data(), bytes->size(), +[](void* p) { delete static_cast<std::string*>(p); }, bytes);
+    *message = grpc::ByteBuffer(&slice, 1);
     return true;
   }
   void Cancel() override {
