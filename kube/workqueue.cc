@@ -82,8 +82,16 @@ void WorkQueue::AddAfter(const std::string& key, absl::Duration delay) {
   }
   absl::Time ready = clock_->Now() + delay;
   auto it = waiting_.find(key);
-  if (it == waiting_.end() || ready < it->second) waiting_[key] = ready;
-  cv_.SignalAll();  // a Get may need an earlier wake-up
+  if (it != waiting_.end() && ready >= it->second) return;  // already due earlier
+  const bool earliest = by_time_.empty() || ready < by_time_.begin()->first;
+  if (it != waiting_.end()) {
+    by_time_.erase({it->second, key});
+    it->second = ready;
+  } else {
+    waiting_.emplace(key, ready);
+  }
+  by_time_.emplace(ready, key);
+  if (earliest) cv_.SignalAll();  // a Get waits for a later deadline: wake it up earlier
 }
 
 void WorkQueue::AddRateLimited(const std::string& key) { AddAfter(key, limiter_->When(key)); }
@@ -91,19 +99,14 @@ void WorkQueue::Forget(const std::string& key) { limiter_->Forget(key); }
 int WorkQueue::NumRequeues(const std::string& key) { return limiter_->NumRequeues(key); }
 
 void WorkQueue::MoveReadyLocked() {
-  if (waiting_.empty()) return;
+  if (by_time_.empty()) return;
   absl::Time now = clock_->Now();
-  std::vector<std::pair<absl::Time, std::string>> ready;
-  for (auto it = waiting_.begin(); it != waiting_.end();) {
-    if (it->second <= now) {
-      ready.emplace_back(it->second, it->first);
-      it = waiting_.erase(it);
-    } else {
-      ++it;
-    }
+  // In order of ready time (then key).
+  while (!by_time_.empty() && by_time_.begin()->first <= now) {
+    auto node = by_time_.extract(by_time_.begin());
+    waiting_.erase(node.value().second);
+    AddLocked(node.value().second);
   }
-  std::sort(ready.begin(), ready.end());
-  for (const auto& [when, key] : ready) AddLocked(key);
 }
 
 std::optional<std::string> WorkQueue::Get() {
@@ -118,8 +121,7 @@ std::optional<std::string> WorkQueue::Get() {
       return key;
     }
     if (shutting_down_) return std::nullopt;
-    absl::Time deadline = absl::InfiniteFuture();
-    for (const auto& [key, when] : waiting_) deadline = std::min(deadline, when);
+    const absl::Time deadline = by_time_.empty() ? absl::InfiniteFuture() : by_time_.begin()->first;
     clock_->WaitWithDeadline(&mu_, &cv_, deadline);
   }
 }
@@ -137,6 +139,7 @@ void WorkQueue::ShutDown() {
   absl::MutexLock lock(&mu_);
   shutting_down_ = true;
   waiting_.clear();
+  by_time_.clear();
   cv_.SignalAll();
 }
 

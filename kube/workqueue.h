@@ -118,6 +118,10 @@ class WorkQueue {
   std::set<std::string> dirty_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> processing_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, absl::Time> waiting_ ABSL_GUARDED_BY(mu_);  // key -> ready time
+  // The same, by ready time: moving the ready keys and finding the next deadline touch only the
+  // keys that are due (a controller parking a thousand keys for its period scanned them all on
+  // every Get).
+  std::set<std::pair<absl::Time, std::string>> by_time_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 

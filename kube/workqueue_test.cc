@@ -85,6 +85,29 @@ TEST_CASE("AddAfter waits on the injected clock - the earliest time wins") {
   CHECK(queue.NumWaiting() == 0);
 }
 
+TEST_CASE("AddAfter: many parked keys come out in ready-time order, an earlier time moves a key up") {
+  FakeClock clock;
+  WorkQueue queue(&clock, PerItemOnly());
+  for (int i = 0; i < 100; ++i) queue.AddAfter(absl::StrCat("k", i), absl::Seconds(100 - i));  // k99 first
+  queue.AddAfter("k0", absl::Seconds(1));   // earlier: k0 is now the first
+  queue.AddAfter("k1", absl::Seconds(500));  // later: ignored (k1 stays at 99 s)
+  CHECK(queue.NumWaiting() == 100);
+  clock.Advance(absl::Seconds(1));
+  CHECK(*queue.Get() == "k0");
+  queue.Done("k0");
+  clock.Advance(absl::Seconds(99));
+  std::vector<std::string> order;
+  for (int i = 0; i < 99; ++i) {
+    order.push_back(*queue.Get());
+    queue.Done(order.back());
+  }
+  CHECK(order.front() == "k99");
+  CHECK(order[97] == "k2");
+  CHECK(order.back() == "k1");
+  CHECK(queue.NumWaiting() == 0);
+  CHECK(queue.Len() == 0);
+}
+
 TEST_CASE("AddRateLimited delays by the limiter - Forget resets the key's history") {
   FakeClock clock;
   WorkQueue queue(&clock, PerItemOnly());

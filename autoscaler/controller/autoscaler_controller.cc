@@ -118,6 +118,24 @@ json CompactDataService(json&& ds) {
   return packed;
 }
 
+// The server-side apply of status.autoscaler (forced: the autoscaler owns it). The answer, the
+// whole DataService, is not parsed: nothing reads it (the watch brings the object), and a thousand
+// DataServices rewrite their status every few minutes.
+absl::Status ApplyStatus(kube::Client& client, const std::string& ns, const std::string& name, const std::string& body,
+                         const std::string& field_manager) {
+  kube::WriteOptions w;
+  w.field_manager = field_manager;
+  w.force = true;
+  const std::string path =
+      absl::StrCat(DataServicesResource().ObjectPath(ns, name, "status"), kube::BuildQuery(w.ToQuery()));
+  auto answer = client.Send("PATCH", path, body, kube::PatchContentType(kube::PatchType::kApply));
+  if (!answer.ok()) return answer.status();
+  if (answer->status < 200 || answer->status >= 300) {
+    return kube::StatusFromResponse(answer->status, answer->body, absl::StrCat("PATCH ", path));
+  }
+  return absl::OkStatus();
+}
+
 bool CachedEnabled(const json& cached) {
   return kube::IsPacked(cached) ? cached.value("autoscalingEnabled", false) : AutoscalingEnabled(cached);
 }
@@ -130,8 +148,7 @@ kube::ResourceRef HorizontalPodAutoscalers() {
 }
 kube::ResourceRef ScaledObjects() { return kube::ResourceRef{"keda.sh", "v1alpha1", "scaledobjects", true}; }
 
-json SignificantStatus(const json& status) {
-  json s = status;
+json SignificantStatus(json s) {
   for (const char* volatile_key : {"inputs", "arithmetic", "history", "stallRatio", "demand", "lastDecision"}) {
     s.erase(volatile_key);  // measured numbers and times
   }
@@ -289,7 +306,7 @@ absl::StatusOr<kube::ReconcileResult> AutoscalerController::ReconcileKey(const s
   const std::string name = parts.size() == 2 ? parts[1] : key;
   const absl::Time now = options_.clock->Now();
   kube::ObjectPtr packed = dataservices_.Get(key);
-  const json unpacked = packed == nullptr ? json() : kube::UnpackObject(*packed);
+  json unpacked = packed == nullptr ? json() : kube::UnpackObject(*packed);
   const json* cached = packed == nullptr || !unpacked.is_object() ? nullptr : &unpacked;
   if (cached == nullptr || !AutoscalingEnabled(*cached)) {
     bool known = false;
@@ -313,7 +330,8 @@ absl::StatusOr<kube::ReconcileResult> AutoscalerController::ReconcileKey(const s
     if (said) return kube::ReconcileResult{};
   }
 
-  json object = *cached;
+  json object = std::move(unpacked);  // `cached` points at it until it moves into the plan's input
+  cached = nullptr;
   const int64_t generation = Field(object, {"metadata", "generation"}).is_number_integer()
                                  ? Field(object, {"metadata", "generation"}).get<int64_t>()
                                  : 0;
@@ -354,9 +372,11 @@ absl::StatusOr<kube::ReconcileResult> AutoscalerController::ReconcileKey(const s
         }
         in.observation = options_.signals->Observe(req, now);
       }
+      in.parsed = *std::move(parsed);  // the plan need not parse it again
     }
   }
-  in.object = object;
+  in.object = std::move(object);
+  const json& dataservice = in.object;  // as read (status.autoscaler: the latest planned)
   Plan plan = PlanAutoscaling(in, options_.global);
 
   // Apply the spec (never forced: a conflict is reported).
@@ -392,13 +412,13 @@ absl::StatusOr<kube::ReconcileResult> AutoscalerController::ReconcileKey(const s
   }
   if (plan.spec && !applied) {
     // Nothing changed: keep the previous last change in the history.
-    const json& prev_history = Field(object, {"status", "autoscaler", "history"});
+    const json& prev_history = Field(dataservice, {"status", "autoscaler", "history"});
     if (prev_history.is_object() && prev_history.contains("lastChange")) {
       plan.status["history"]["lastChange"] = prev_history["lastChange"];
     } else {
       plan.status["history"].erase("lastChange");
     }
-    const json& prev_scale = Field(object, {"status", "autoscaler", "lastScaleTime"});
+    const json& prev_scale = Field(dataservice, {"status", "autoscaler", "lastScaleTime"});
     if (prev_scale.is_null()) {
       plan.status.erase("lastScaleTime");
     } else {
@@ -407,7 +427,8 @@ absl::StatusOr<kube::ReconcileResult> AutoscalerController::ReconcileKey(const s
   }
 
   // Status: written when something significant changed, or every status_interval.
-  json significant = SignificantStatus(plan.status);
+  std::string status_text = plan.status.dump();
+  const json significant = SignificantStatus(std::move(plan.status));  // plan.status is not read below
   const std::string significant_text = significant.dump();
   bool write = true;
   {
@@ -419,23 +440,21 @@ absl::StatusOr<kube::ReconcileResult> AutoscalerController::ReconcileKey(const s
     }
     if (it == memory_.end()) {
       // After a restart: compare with what the object holds.
-      const json& stored = Field(*cached, {"status", "autoscaler"});
+      const json& stored = Field(dataservice, {"status", "autoscaler"});
       if (stored.is_object() && SignificantStatus(stored) == significant && !applied) write = false;
     }
   }
   if (write) {
-    json body = {{"apiVersion", "sluice.dev/v1alpha1"},
-                 {"kind", "DataService"},
-                 {"metadata", {{"name", name}, {"namespace", ns}}},
-                 {"status", {{"autoscaler", plan.status}}}};
-    auto result = kube::ServerSideApply(*client_, DataServicesResource(), ns, body, options_.field_manager,
-                                        /*force=*/true, "status");
-    if (!result.ok()) {
-      Log(absl::StrCat(key, ": cannot write status.autoscaler: ", result.status().ToString()));
+    // The apply body, around the status text already made (no copy of the status as a tree).
+    const std::string body = absl::StrCat(R"({"apiVersion":"sluice.dev/v1alpha1","kind":"DataService","metadata":{"name":)",
+                                          json(name).dump(), R"(,"namespace":)", json(ns).dump(),
+                                          R"(},"status":{"autoscaler":)", status_text, "}}");
+    if (absl::Status s = ApplyStatus(*client_, ns, name, body, options_.field_manager); !s.ok()) {
+      Log(absl::StrCat(key, ": cannot write status.autoscaler: ", s.ToString()));
       write = false;
     }
   }
-  for (const EventNote& e : plan.events) Emit(object, e);
+  for (const EventNote& e : plan.events) Emit(dataservice, e);
 
   if (options_.metrics != nullptr && plan.decision) {
     AutoscalerMetrics::Outcome o;
@@ -458,7 +477,7 @@ absl::StatusOr<kube::ReconcileResult> AutoscalerController::ReconcileKey(const s
   {
     absl::MutexLock lock(&mu_);
     Memory& m = memory_[key];
-    m.status = plan.status.dump();
+    m.status = std::move(status_text);
     m.decided = now;
     m.generation = generation;
     if (write) {
@@ -466,7 +485,7 @@ absl::StatusOr<kube::ReconcileResult> AutoscalerController::ReconcileKey(const s
       m.written = now;
     }
   }
-  if (!AutoscalingEnabled(object)) return kube::ReconcileResult{};
+  if (!AutoscalingEnabled(dataservice)) return kube::ReconcileResult{};
   return kube::ReconcileResult{.requeue_after = options_.period};
 }
 

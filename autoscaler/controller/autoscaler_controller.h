@@ -106,7 +106,7 @@ class AutoscalerController {
 
 // status.autoscaler without what changes every period (times, inputs, arithmetic, history): a
 // change of the rest is written at once.
-nlohmann::json SignificantStatus(const nlohmann::json& status);
+nlohmann::json SignificantStatus(nlohmann::json status);
 
 }  // namespace sluice::autoscaler
 

@@ -244,6 +244,7 @@ json HistoryToJson(const PolicyHistory& h) {
   if (h.last_change != absl::InfinitePast()) out["lastChange"] = op::FormatKubeTime(h.last_change);
   out["failuresInARow"] = h.failures_in_a_row;
   PutNumber(out, "capacityPerWorker", h.capacity_per_worker);
+  PutNumber(out, "cpuCapacityPerWorker", h.cpu_capacity_per_worker);
   if (h.surge_extra > 0) {
     out["surgeExtra"] = h.surge_extra;
     out["surgeTotal"] = h.surge_total;
@@ -281,6 +282,7 @@ PolicyHistory HistoryFromJson(const json& j) {
     h.failures_in_a_row = std::max(0, j["failuresInARow"].get<int32_t>());
   }
   h.capacity_per_worker = NumberField(j, "capacityPerWorker");
+  h.cpu_capacity_per_worker = NumberField(j, "cpuCapacityPerWorker");
   if (j.contains("surgeExtra") && j["surgeExtra"].is_number_integer() && j.contains("surgeTotal") &&
       j["surgeTotal"].is_number_integer()) {
     h.surge_extra = std::max(0, j["surgeExtra"].get<int32_t>());
@@ -309,10 +311,12 @@ PolicyHistory HistoryFromJson(const json& j) {
 
 Plan PlanAutoscaling(const PlanInput& in, const GlobalSettings& global) {
   Plan plan;
-  const json previous = in.object.contains("status") && in.object["status"].is_object() &&
-                                in.object["status"].contains("autoscaler") && in.object["status"]["autoscaler"].is_object()
-                            ? in.object["status"]["autoscaler"]
-                            : json::object();
+  static const json kNoStatus = json::object();
+  const json& previous = in.object.contains("status") && in.object["status"].is_object() &&
+                                 in.object["status"].contains("autoscaler") &&
+                                 in.object["status"]["autoscaler"].is_object()
+                             ? in.object["status"]["autoscaler"]
+                             : kNoStatus;
   Conditions conditions(previous.contains("conditions") ? previous["conditions"] : json::array(), in.now);
   json& status = plan.status;
   status = json::object();
@@ -321,13 +325,16 @@ Plan PlanAutoscaling(const PlanInput& in, const GlobalSettings& global) {
     return plan;
   };
 
-  auto parsed = op::ParseDataService(in.object);
-  if (!parsed.ok()) {
-    plan.skipped = std::string(parsed.status().message());
-    conditions.Set("ScalingActive", false, "InvalidSpec", plan.skipped);
-    return finish();
+  absl::StatusOr<op::DataService> parsed;
+  if (!in.parsed) {
+    parsed = op::ParseDataService(in.object);
+    if (!parsed.ok()) {
+      plan.skipped = std::string(parsed.status().message());
+      conditions.Set("ScalingActive", false, "InvalidSpec", plan.skipped);
+      return finish();
+    }
   }
-  const op::DataService& ds = *parsed;
+  const op::DataService& ds = in.parsed ? *in.parsed : *parsed;
   status["observedGeneration"] = ds.metadata.generation;
   if (!ds.spec.autoscaling.enabled) {
     plan.skipped = "spec.autoscaling.enabled is false";

@@ -61,6 +61,7 @@ struct PlanInput {
   std::vector<std::string> other_scalers;  // e.g. "HorizontalPodAutoscaler ml/train-hpa"
   std::optional<Observation> observation;  // none when the settings are invalid (nothing was observed)
   absl::Time now;
+  std::optional<op::DataService> parsed{};  // `object` parsed, when the caller has (else parsed here)
 };
 
 // The spec fields the autoscaler applies.

@@ -218,6 +218,7 @@ TEST_CASE("history: JSON round trip, malformed is empty") {
   h.last_change = kNow - absl::Seconds(30);
   h.failures_in_a_row = 2;
   h.capacity_per_worker = 50;
+  h.cpu_capacity_per_worker = 61.5;
   h.surge_extra = 2;
   h.surge_total = 8;
   h.interference.reference_compute = 0.1;

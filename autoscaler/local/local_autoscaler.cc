@@ -85,6 +85,7 @@ Signals MergeRecent(Signals window, const Signals& recent) {
   window.recent_demand = recent.demand;
   window.recent_supply = recent.supply;
   window.recent_worker_cpu = recent.worker_cpu;
+  window.recent_workers = recent.workers;
   return window;
 }
 

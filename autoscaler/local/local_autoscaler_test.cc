@@ -75,6 +75,8 @@ TEST_CASE("MergeRecent adds the short window's rates and keeps the long window's
   r.demand = Measurement::Of(300);
   r.supply = Measurement::Of(310);
   r.worker_cpu = Measurement::Missing("no series");
+  w.workers = Measurement::Of(2);
+  r.workers = Measurement::Of(3);  // one started within the long window: the recent rates cover it
   const Signals m = MergeRecent(w, r);
   CHECK(m.window == absl::Seconds(12));
   CHECK(*m.stall_ratio == Approx(0.1));
@@ -85,6 +87,8 @@ TEST_CASE("MergeRecent adds the short window's rates and keeps the long window's
   CHECK(*m.recent_supply == Approx(310));
   CHECK_FALSE(m.recent_worker_cpu.known());
   CHECK(m.recent_worker_cpu.missing == "no series");
+  CHECK(*m.workers == Approx(2));
+  CHECK(*m.recent_workers == Approx(3));
 }
 
 TEST_CASE("IsScaleDownOnMissingData flags a removal made without the data, never other decisions") {

@@ -70,6 +70,10 @@ namespace {
 
 std::string Num(double v) { return absl::StrFormat("%.4g", v); }
 
+// Workers at least this busy (CPU used / CPU they have) measure their capacity by CPU well enough
+// to remember it.
+constexpr double kBusyUtilization = 0.5;
+
 // How long ago, for messages.
 std::string Ago(absl::Time now, absl::Time then) {
   if (then == absl::InfinitePast()) return "never";
@@ -132,7 +136,9 @@ Sizing SizeFromSignals(const PolicyConfig& config, const Signals& signals, const
   }
 
   if (stalled && !out.stall_not_from_workers && a.supply_per_worker && *a.supply_per_worker > 0 &&
-      (settled || !history.capacity_per_worker)) {
+      (settled || (!history.capacity_per_worker && !history.cpu_capacity_per_worker))) {
+    // Unsettled (workers added within the window are still starting and make little): taken only
+    // when nothing better is known, else it would size from a fraction of a worker's capacity.
     a.capacity_per_worker = *a.supply_per_worker;  // the trainers wait, the buffers are empty: workers run flat out
     a.capacity_source = "saturated";
   } else if (a.utilization && *a.utilization >= 0.05 && a.supply_per_worker && *a.supply_per_worker > 0) {
@@ -146,6 +152,10 @@ Sizing SizeFromSignals(const PolicyConfig& config, const Signals& signals, const
   } else if (history.capacity_per_worker) {
     a.capacity_per_worker = *history.capacity_per_worker;
     a.capacity_source = "remembered";
+  } else if (history.cpu_capacity_per_worker) {
+    // Never saturated (the pool kept up), now idle: what a busy worker made per CPU before.
+    a.capacity_per_worker = *history.cpu_capacity_per_worker;
+    a.capacity_source = "remembered (CPU)";
   }
   if (!a.capacity_per_worker) {
     std::vector<std::string> why;
@@ -243,16 +253,24 @@ DecisionResult Decide(const PolicyConfig& config, const Target& target, const Si
 
   Sizing sizing = SizeFromSignals(config, signals, h, settled);
   // The recent window sees a demand step at once; it may only raise the size, and only while the
-  // trainers stall now.
-  if (signals.recent_stall_ratio.known() && *signals.recent_stall_ratio > config.target_stall_ratio &&
-      signals.recent_demand.known() && signals.recent_supply.known()) {
+  // trainers stall now or want more now than over the window. The window's rates lag a step: they
+  // average the time after it with the time before it, and the trainers' own buffers (and the
+  // workers') hide the step from the stall until they run dry, so waiting for the stall (or for the
+  // window) sizes late and in several steps.
+  if (signals.recent_stall_ratio.known() && signals.recent_demand.known() && signals.recent_supply.known()) {
     Signals recent = signals;
     recent.stall_ratio = signals.recent_stall_ratio;
     recent.demand = signals.recent_demand;
     recent.supply = signals.recent_supply;
     recent.worker_cpu = signals.recent_worker_cpu;
+    if (signals.recent_workers.known()) recent.workers = signals.recent_workers;
     Sizing fast = SizeFromSignals(config, recent, h, settled);
-    if (fast.replicas && fast.arithmetic.needed_exact) {
+    const bool recent_stalled = *signals.recent_stall_ratio > config.target_stall_ratio;
+    // A demand step: the true demand over the recent window is above the window's by more than the
+    // tolerance (noise within it is no step).
+    const bool demand_step = fast.arithmetic.true_demand && sizing.arithmetic.true_demand &&
+                             *fast.arithmetic.true_demand > *sizing.arithmetic.true_demand * (1.0 + config.tolerance);
+    if ((recent_stalled || demand_step) && fast.replicas && fast.arithmetic.needed_exact) {
       const std::optional<double> long_needed = sizing.arithmetic.needed_exact;
       if (!sizing.replicas || *fast.replicas > *sizing.replicas) {
         fast.arithmetic.recent_needed_exact = fast.arithmetic.needed_exact;
@@ -269,6 +287,10 @@ DecisionResult Decide(const PolicyConfig& config, const Target& target, const Si
   d.missing = sizing.missing;
   Arithmetic& a = d.arithmetic;
   if (a.capacity_source == "saturated") h.capacity_per_worker = a.capacity_per_worker;
+  if (a.utilization && *a.utilization >= kBusyUtilization && a.supply_per_worker && *a.supply_per_worker > 0 &&
+      !sizing.stall_not_from_workers) {
+    h.cpu_capacity_per_worker = *a.supply_per_worker / *a.utilization;
+  }
 
   // The model's recommendation, or what to do without one.
   int32_t raw = committed;

@@ -79,6 +79,10 @@ struct PolicyHistory {
   absl::Time last_change = absl::InfinitePast();  // when the size or the split last changed
   int32_t failures_in_a_row = 0;                 // decisions without the data to size
   std::optional<double> capacity_per_worker;     // elements/s of one busy worker, last measured saturated
+  // elements/s of one worker by its CPU (supply per worker / utilization), last measured while the
+  // workers were at least half busy: sizes an idle pool (full buffers) when no saturated
+  // measurement exists, instead of holding on "workers idle".
+  std::optional<double> cpu_capacity_per_worker;
   int32_t surge_extra = 0;                       // workers kept ahead of a removal (make before break) ...
   int32_t surge_total = 0;                       // ... in a pool of this many (a different count: someone else changed it)
   InterferenceState interference;
@@ -120,7 +124,7 @@ struct ReasonNote {
 struct Arithmetic {
   std::optional<double> stall_ratio, demand, true_demand, supply, supply_per_worker, utilization,
       capacity_per_worker, needed_exact;
-  std::string capacity_source;  // "CPU", "saturated", "remembered", ""
+  std::string capacity_source;  // "CPU", "saturated", "remembered", "remembered (CPU)", ""
   std::optional<double> recent_needed_exact;  // the same model over the recent window (while it stalls)
   std::string sized_from;        // "window" or "recent window"
   int32_t broken_workers = 0;  // not ready long after their creation: planned on top of the need

@@ -374,6 +374,107 @@ TEST_CASE("the recent window sees a demand step at once and only raises the size
   CHECK(q.decision.arithmetic.sized_from == "window");
 }
 
+TEST_CASE("a demand step the window still averages: the recent window sizes it before the trainers stall") {
+  PolicyConfig c = Config();
+  // One worker (1 CPU, flat out: 100 elements/s). The trainers' buffers still hide the step (no
+  // stall yet); the window averages the step with the time before it (60/s), the recent window
+  // sees what they consume now (240/s).
+  Signals s = At(kT0, {0.0, 60, 100, 1, 1.0});
+  s.recent_stall_ratio = Measurement::Of(0.0);
+  s.recent_demand = Measurement::Of(240);
+  s.recent_supply = Measurement::Of(100);
+  s.recent_worker_cpu = Measurement::Of(1.0);
+  DecisionResult r = Decide(c, Replicas(1), s, {}, kT0);
+  INFO(r.decision.Summary());
+  CHECK(r.decision.arithmetic.sized_from == "recent window");
+  CHECK(*r.decision.arithmetic.recent_needed_exact == Approx(240 * 0.95 * 1.1 / 100));
+  CHECK(r.decision.replicas == 3);
+  CHECK(r.decision.Has(Reason::kScaledUp));
+
+  // Noise within the tolerance is no step: the window sizes, and 1 worker stays.
+  Signals noise = At(kT0, {0.0, 90, 100, 1, 1.0});
+  noise.recent_stall_ratio = Measurement::Of(0.0);
+  noise.recent_demand = Measurement::Of(98);  // +8.9 %: the model would say 1.02 workers
+  noise.recent_supply = Measurement::Of(100);
+  noise.recent_worker_cpu = Measurement::Of(1.0);
+  DecisionResult n = Decide(c, Replicas(1), noise, {}, kT0);
+  INFO(n.decision.Summary());
+  CHECK(n.decision.arithmetic.sized_from == "window");
+  CHECK(n.decision.replicas == 1);
+
+  // Lower recent demand never lowers the size.
+  Signals lower = At(kT0, {0.0, 240, 300, 3, 3.0});
+  lower.recent_stall_ratio = Measurement::Of(0.0);
+  lower.recent_demand = Measurement::Of(60);
+  lower.recent_supply = Measurement::Of(60);
+  lower.recent_worker_cpu = Measurement::Of(0.6);
+  CHECK(Decide(c, Replicas(3), lower, {}, kT0).decision.replicas == 3);
+}
+
+TEST_CASE("the recent window's supply per worker divides by the workers it covers") {
+  PolicyConfig c = Config();
+  // A worker started after the window began: the window covers one, the recent window both.
+  Signals s = At(kT0, {0.2, 80, 80, 1, 1.0});
+  s.recent_stall_ratio = Measurement::Of(0.5);
+  s.recent_demand = Measurement::Of(200);
+  s.recent_supply = Measurement::Of(200);
+  s.recent_worker_cpu = Measurement::Of(2.0);
+  s.recent_workers = Measurement::Of(2);
+  DecisionResult r = Decide(c, Replicas(2), s, {}, kT0);
+  INFO(r.decision.Summary());
+  CHECK(r.decision.arithmetic.sized_from == "recent window");
+  CHECK(*r.decision.arithmetic.capacity_per_worker == Approx(100));  // not 200 (two workers' supply over one)
+  CHECK(r.decision.replicas == 5);                                   // 400/s x 0.95 x 1.1 / 100 = 4.18
+}
+
+TEST_CASE("a pool that never saturated is sized from its remembered CPU capacity once it idles") {
+  PolicyConfig c = Config();
+  c.settle_time = absl::ZeroDuration();
+  // 3 workers at 80 % of their CPU make 240/s for trainers that keep up (no stall): 100/s per CPU.
+  DecisionResult busy = Decide(c, Replicas(3), At(kT0, {0.0, 240, 240, 3, 2.4}), {}, kT0);
+  INFO(busy.decision.Summary());
+  CHECK(busy.decision.arithmetic.capacity_source == "CPU");
+  CHECK_FALSE(busy.history.capacity_per_worker.has_value());  // never saturated
+  REQUIRE(busy.history.cpu_capacity_per_worker.has_value());
+  CHECK(*busy.history.cpu_capacity_per_worker == Approx(100));
+  // Demand drops; the workers' buffers are full and they idle: no capacity to measure now.
+  const absl::Time t1 = kT0 + absl::Minutes(5);
+  Signals idle = At(t1, {0.0, 25, 0, 3, 0.01});
+  DecisionResult down = Decide(c, Replicas(3), idle, busy.history, t1);
+  INFO(down.decision.Summary());
+  CHECK(down.decision.arithmetic.capacity_source == "remembered (CPU)");
+  CHECK(down.decision.replicas == 1);
+  CHECK(down.decision.Has(Reason::kScaledDown));
+  // Without it, the same decision holds on the missing capacity (never scales down on it).
+  DecisionResult held = Decide(c, Replicas(3), idle, PolicyHistory{}, t1);
+  CHECK(held.decision.replicas == 3);
+  CHECK(held.decision.Has(Reason::kHeldOnMissingData));
+  // A barely busy pool (under half its CPU) is not remembered.
+  CHECK_FALSE(Decide(c, Replicas(3), At(kT0, {0.0, 30, 30, 3, 0.3}), {}, kT0).history.cpu_capacity_per_worker);
+}
+
+TEST_CASE("a stall while new workers start is not taken for their capacity when the CPU one is known") {
+  PolicyConfig c = Config();
+  c.settle_time = absl::Seconds(30);
+  // 3 workers (1 CPU each), two of them started 2 s ago: the pool makes 90/s at 40 % of its CPU
+  // while the trainers stall (0.4). Busy before, a worker made 100/s per CPU.
+  PolicyHistory h;
+  h.cpu_capacity_per_worker = 100;
+  h.last_change = kT0 - absl::Seconds(2);
+  Signals s = At(kT0, {0.4, 90, 90, 3, 1.2});
+  DecisionResult r = Decide(c, Replicas(3), s, h, kT0);
+  INFO(r.decision.Summary());
+  CHECK(r.decision.arithmetic.capacity_source != "saturated");
+  CHECK(*r.decision.arithmetic.capacity_per_worker == Approx(75));  // 30/s per worker at 40 % of a CPU
+  CHECK_FALSE(r.history.capacity_per_worker.has_value());           // an unsettled measurement is not kept
+  // 150/s wanted x 0.95 x 1.1 / 75 = 2.09: 3 workers, not 30/s-per-worker's 6.
+  CHECK(r.decision.replicas == 3);
+  // Settled, the same numbers are a saturated measurement.
+  h.last_change = kT0 - absl::Minutes(5);
+  DecisionResult settled = Decide(c, Replicas(3), s, h, kT0);
+  CHECK(settled.decision.arithmetic.capacity_source == "saturated");
+}
+
 TEST_CASE("make before break: a shift adds the new pool's workers first, removes the old ones once they serve") {
   PolicyConfig c = Config();
   c.placement.policy = Placement::kHybrid;

@@ -43,12 +43,15 @@ struct Signals {
 
   // The same rates over a short recent window (about two scrapes), so that a step in demand is seen
   // at once instead of a quarter of it; missing when the source has none. The policy scales up on
-  // them while the recent stall is above target, and never scales down on them alone.
+  // them while the recent stall is above target or the trainers' true demand over them exceeds the
+  // window's (a demand step the window still averages with the time before it), and never scales
+  // down on them alone.
   absl::Duration recent_window = absl::ZeroDuration();
   Measurement recent_stall_ratio;
   Measurement recent_demand;
   Measurement recent_supply;
   Measurement recent_worker_cpu;
+  Measurement recent_workers;  // the workers the recent rates cover; missing: as `workers`
 };
 
 }  // namespace sluice::autoscaler

@@ -45,6 +45,36 @@ TEST_CASE("Prometheus answers: vectors, scalars, empty, NaN and infinities") {
   }
 }
 
+TEST_CASE("Prometheus answers: a batched vector with keys the reader ignores, read series by series") {
+  // As a real server may answer: warnings, stats, labels of other types, keys inside a series.
+  std::string items;
+  for (int i = 0; i < 300; ++i) {
+    if (i > 0) items += ",";
+    items += R"({"metric":{"namespace":"ml","dataservice":"ds-)" + std::to_string(i) +
+             R"(","le":{"nested":[1,2]},"n":7},"extra":[{"x":null}],"value":[1700000000.25,")" +
+             (i == 7 ? std::string("NaN") : std::to_string(i) + ".5") + R"("]})";
+  }
+  const std::string body = R"({"status":"success","warnings":["w"],"data":{"resultType":"vector","stats":{"a":[1,{"b":true}]},"result":[)" +
+                           items + "]},\"infos\":[]}";
+  auto a = ParsePromAnswer(Json(body), "demand", "http://p");
+  REQUIRE(a.ok());
+  REQUIRE(a->series.size() == 300);
+  CHECK(a->series[3].labels.at("dataservice") == "ds-3");
+  CHECK(a->series[3].labels.at("namespace") == "ml");
+  CHECK(a->series[3].labels.count("n") == 0);  // not a string: no label
+  CHECK(a->series[3].value == Approx(3.5));
+  CHECK(a->series[3].timestamp == Approx(1700000000.25));
+  CHECK(std::isnan(a->series[7].value));
+  // A malformed series anywhere is still named (the full reader's message).
+  auto bad = ParsePromAnswer(Json(Vector(R"({"metric":{},"value":[1,"2"]},{"metric":{},"value":[1,2]})")), "demand",
+                             "http://p");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(std::string(bad.status().message()).find("not a string") != std::string::npos);
+  auto nov = ParsePromAnswer(Json(Vector(R"({"metric":{}})")), "demand", "http://p");
+  REQUIRE_FALSE(nov.ok());
+  CHECK(std::string(nov.status().message()).find("has no value") != std::string::npos);
+}
+
 TEST_CASE("Prometheus answers that are errors name the query and say what to do") {
   struct Row {
     HttpResult result;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -78,19 +79,36 @@ class PeriodMeter {
   absl::Time at_ ABSL_GUARDED_BY(mu_);
 };
 
-// Brings the service to `n` serving workers (drained removals).
+// /proc/loadavg's three load averages ("" when unreadable).
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  double a = 0, b = 0, c = 0;
+  if (!(in >> a >> b >> c)) return "";
+  return absl::StrFormat("%.2f %.2f %.2f", a, b, c);
+}
+
+// Brings the service to `n` serving workers for a static run: adds workers, or kills the surplus
+// (kill -9: a static run reads a fresh job, nothing of the one before matters), and kills the
+// workers the autoscaler left draining (their buffers belong to the finished job: they would
+// never drain, and would take CPU).
 absl::Status Resize(local::LocalDataService& s, int n) {
-  std::vector<std::string> serving;
+  int serving = 0;
+  bool killed_serving = false;
   for (const auto& w : s.ListWorkers()) {
-    if (w.serving()) serving.push_back(w.name);
+    if (w.exited) continue;
+    if (!w.serving() || serving >= n) {
+      killed_serving = killed_serving || w.serving();
+      s.KillWorker(w.index);
+      continue;
+    }
+    ++serving;
   }
-  if (static_cast<int>(serving.size()) < n) {
-    auto added = s.AddWorkers(n - static_cast<int>(serving.size()));
+  // A killed worker that was serving stays registered until its heartbeats time out; a fresh job
+  // must not be given tasks on it.
+  if (killed_serving) absl::SleepFor(absl::Milliseconds(s.options().worker_timeout_ms) + absl::Seconds(1));
+  if (serving < n) {
+    auto added = s.AddWorkers(n - serving);
     return added.ok() ? absl::OkStatus() : added.status();
-  }
-  if (static_cast<int>(serving.size()) > n) {
-    std::vector<std::string> go(serving.end() - (static_cast<int>(serving.size()) - n), serving.end());
-    return s.DrainAndStopWorkers(go, absl::Seconds(60));
   }
   return absl::OkStatus();
 }
@@ -147,6 +165,7 @@ int RunLiveAutoscaleBenchmark(const LiveAutoscaleOptions& o, std::ostream& out, 
   std::string phase = "low";
   std::vector<LivePeriod> periods;
   const absl::Time start = absl::Now();
+  const std::string load_before = LoadAverage();
   autoscaler::LocalAutoscalerOptions ao;
   ao.period = absl::Seconds(o.period_s);
   ao.window = absl::Seconds(o.window_s);
@@ -186,6 +205,7 @@ int RunLiveAutoscaleBenchmark(const LiveAutoscaleOptions& o, std::ostream& out, 
   run_phase("after", after, o.low_step_ms);
   scaler.Stop();
   const double run_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const std::string load_after = LoadAverage();
   const autoscaler::LocalAutoscalerStats st = scaler.stats();
   std::vector<LivePeriod> ps;
   {
@@ -200,44 +220,49 @@ int RunLiveAutoscaleBenchmark(const LiveAutoscaleOptions& o, std::ostream& out, 
   }
   if (!(*consumer)->status().ok()) return fail("reading", (*consumer)->status());
 
-  // The smallest static count that keeps the stall under target at the peak demand, same job.
+  // The autoscaled job ends here; each static count then reads a job of its own.
+  const int64_t elements_read = (*consumer)->stats().elements_total;
+  (*consumer)->Stop();
+
+  // The smallest static count that keeps the stall under target at the peak demand. Each count is
+  // measured on a fresh job (same pipeline, same demand), upwards from one worker: a job carries a
+  // stock of prefetched elements beyond the workers' buffers (the client's buffer and the gRPC
+  // streams' windows; at low demand the workers fill them), and on one job a count too small for the
+  // demand lives for its 21 s on what came before it — measured on the autoscaled job, one worker
+  // showed a stall of 0.000 at the peak, and going down from the peak two workers showed 0.0001
+  // while the autoscaler's two at the same demand stalled up to 0.12.
   nlohmann::json statics = nlohmann::json::array();
   int best = -1;
   if (!o.smoke) {
-    (*consumer)->set_step_time(absl::Milliseconds(o.high_step_ms));
     auto measure = [&](int n) -> absl::StatusOr<double> {
       if (absl::Status s = Resize(service, n); !s.ok()) return s;
-      absl::SleepFor(absl::Seconds(6));  // warm-up: the buffers fill, the window forgets the change
-      meter.Next();
+      autoscaler::SteppedConsumerOptions sco = co;
+      sco.client.job_name = absl::StrCat("bench-live-static-", n);
+      sco.step_time = absl::Milliseconds(o.high_step_ms);
+      auto c = SteppedConsumer::Start(sco);
+      if (!c.ok()) return c.status();
+      PeriodMeter m(c->get());
+      absl::SleepFor(absl::Seconds(6));  // warm-up: the job starts, the workers' buffers fill
+      m.Next();
       absl::SleepFor(absl::Seconds(15));
-      const double stall = meter.Next().first;
-      err << absl::StrFormat("live: static %d workers at the peak: stall %.3f\n", n, stall) << std::flush;
-      statics.push_back({{"workers", n}, {"stall", stall}});
+      const auto [stall, thr] = m.Next();
+      const absl::Status read = (*c)->status();
+      (*c)->Stop();
+      if (!read.ok()) return read;
+      err << absl::StrFormat("live: static %d workers at the peak: stall %.3f, %.1f elements/s\n", n, stall, thr)
+          << std::flush;
+      statics.push_back({{"workers", n}, {"stall", stall}, {"throughput", thr}});
       return stall;
     };
-    int n = std::clamp(peak, 1, o.max_workers);
-    auto s = measure(n);
-    if (!s.ok()) return fail("static run", s.status());
-    if (*s >= 0 && *s <= o.target_stall) {
-      best = n;
-      while (n > 1) {
-        auto lower = measure(n - 1);
-        if (!lower.ok()) return fail("static run", lower.status());
-        if (*lower < 0 || *lower > o.target_stall) break;
-        best = --n;
-      }
-    } else {
-      while (n < o.max_workers) {
-        auto higher = measure(++n);
-        if (!higher.ok()) return fail("static run", higher.status());
-        if (*higher >= 0 && *higher <= o.target_stall) {
-          best = n;
-          break;
-        }
+    for (int n = 1; n <= o.max_workers; ++n) {
+      auto s = measure(n);
+      if (!s.ok()) return fail("static run", s.status());
+      if (*s >= 0 && *s <= o.target_stall) {
+        best = n;
+        break;
       }
     }
   }
-  (*consumer)->Stop();
   (void)service.StopGracefully(absl::Seconds(5));
 
   nlohmann::json series = nlohmann::json::array();
@@ -250,6 +275,8 @@ int RunLiveAutoscaleBenchmark(const LiveAutoscaleOptions& o, std::ostream& out, 
       {"benchmark", "autoscale_live"},
       {"smoke", o.smoke},
       {"quota", quota},
+      {"loadavg_before", load_before},  // /proc/loadavg: the machine's load over the schedule
+      {"loadavg_after", load_after},
       {"cpus_per_worker", o.cpus_per_worker},
       {"period_s", o.period_s},
       {"window_s", o.window_s},
@@ -274,7 +301,7 @@ int RunLiveAutoscaleBenchmark(const LiveAutoscaleOptions& o, std::ostream& out, 
        best > 0 ? nlohmann::json(st.worker_seconds / (best * run_seconds)) : nlohmann::json(nullptr)},
       {"scale_downs_on_missing_data", st.scale_downs_on_missing_data},
       {"elements_lost", st.elements_lost},
-      {"elements_read", (*consumer)->stats().elements_total},
+      {"elements_read", elements_read},
       {"periods", series},
   };
   out << j.dump() << "\n" << std::flush;

@@ -4,9 +4,9 @@
 // the dispatcher's through a MetricsRelay that can be cut) and a stand-in trainer reading the
 // demo workload. The schedule: low demand (one worker serves it), a demand step up, then a step
 // down during which the dispatcher's metrics are cut (an outage: a scale-down is due, nothing
-// justifies it), restored, then low demand until the end. Then, in the same run and on the same
-// job, static worker counts at the peak demand, from the autoscaler's peak down (or up) to the
-// smallest that keeps the stall under the target.
+// justifies it), restored, then low demand until the end. Then, in the same run, static worker
+// counts at the peak demand, each on a fresh job (no count lives on elements prefetched before
+// it), upwards from one worker to the smallest that keeps the stall under the target.
 //
 // Progress on stderr, one JSON object as the last line on stdout:
 //   decisions_to_no_stall        decision periods from the stall's onset after the step up until

@@ -144,6 +144,14 @@ std::string MachineName() {
   return "unknown";
 }
 
+// The 1-minute load average (-1 when unreadable).
+double LoadAverage() {
+  double load = -1;
+  std::istringstream in(ReadFile("/proc/loadavg"));
+  if (!(in >> load)) return -1;
+  return load;
+}
+
 std::string ResolveBinary(const AutoscalerBenchOptions& o) {
   if (!o.autoscaler_binary.empty()) return o.autoscaler_binary;
   std::vector<std::string> candidates;
@@ -449,6 +457,7 @@ absl::StatusOr<AutoscalerBenchResult> BenchRun::Run() {
   // Steady state: CPU per wall second over each period, RSS at its end; the API requests over all of them.
   if (auto reset = client_->RequestJson("POST", "/_admin/stats/reset"); !reset.ok()) return reset.status();
   const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  result.load_before = LoadAverage();
   for (int w = 0; w < o_.windows; ++w) {
     const int64_t c0 = ProcStatCpuTicks(ReadFile(proc + "/stat"));
     const absl::Time w0 = absl::Now();
@@ -462,6 +471,7 @@ absl::StatusOr<AutoscalerBenchResult> BenchRun::Run() {
     Say(absl::StrFormat("period %d/%d: cpu %.2f%% of a core, rss %.1f MiB", w + 1, o_.windows,
                         100 * result.cpu_core_fraction.back(), result.rss_mib.back()));
   }
+  result.load_after = LoadAverage();
   result.peak_rss_mib = static_cast<double>(ProcStatusKib(ReadFile(proc + "/status"), "VmHWM")) / 1024;
   auto stats = client_->RequestJson("GET", "/_admin/stats");
   if (!stats.ok()) return stats.status();
@@ -558,6 +568,8 @@ std::string AutoscalerResultJson(const AutoscalerBenchResult& r) {
       {"meets_goals", r.peak_rss_mib <= 64 && cpu_median <= 0.05},
       {"machine", r.machine},
       {"cores", r.cores},
+      {"loadavg_1m_before", round(r.load_before, 0.01)},
+      {"loadavg_1m_after", round(r.load_after, 0.01)},
   };
   return out.dump();
 }

@@ -9,7 +9,8 @@
 // for every DataService in a steady state that needs no change), then the real sluice-autoscaler
 // binary with --prometheus-url and its default client settings, and measures:
 //   seconds_to_all_decided  from its start until every DataService carries status.autoscaler
-//   cpu_core_fraction       CPU seconds per wall second of the autoscaler over each of `windows`
+//   cpu_core_fraction       CPU seconds (utime + stime of the autoscaler process alone) per wall
+//                           second over each of `windows`
 //                           decision periods once all are decided (median, min, max reported)
 //   rss_mib / peak_rss_mib  VmRSS at the end of each window (median) and VmHWM at the end
 //   API requests            the autoscaler made (the server counts them by User-Agent)
@@ -65,6 +66,9 @@ struct AutoscalerBenchResult {
   int64_t prometheus_queries = 0;
   std::string machine;
   int cores = 0;
+  // /proc/loadavg's 1-minute load when the measured periods began and ended: the machine's load
+  // (the CPU figures count the autoscaler process alone: its utime + stime, all threads).
+  double load_before = -1, load_after = -1;
 };
 
 absl::StatusOr<AutoscalerBenchResult> MeasureAutoscaler(const AutoscalerBenchOptions& options, std::ostream* progress);
