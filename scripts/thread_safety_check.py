@@ -158,11 +158,16 @@ def build_pch(jobs, clang, build_dir):
     out_dir = os.path.join(build_dir, "thread_safety_check")
     os.makedirs(out_dir, exist_ok=True)
     header = os.path.join(out_dir, "pch.h")
-    with open(header, "w") as f:
+    # Written under this process's own names, then renamed: another run on this build tree keeps its own.
+    tmp = f".{os.getpid()}"
+    with open(header + tmp, "w") as f:
         f.write("".join(f"#include <{h}>\n" for h in PCH_HEADERS))
+    os.replace(header + tmp, header)
     pch = header + ".pch"
-    args = [clang, "-x", "c++-header", *[a for a in key if a != "-fsyntax-only"], header, "-o", pch]
+    args = [clang, "-x", "c++-header", *[a for a in key if a != "-fsyntax-only"], header, "-o", pch + tmp]
     p = subprocess.run(args, cwd=build_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode == 0:
+        os.replace(pch + tmp, pch)
     if p.returncode != 0:
         print(f"thread_safety_check: no precompiled header (each file parses its headers): {p.stdout[-500:]}",
               file=sys.stderr)
