@@ -19,7 +19,11 @@ that neither annotates nor implements an annotated class, yet calls an annotated
 while holding (or not holding) its lock through an accessor. --wide also checks every file that
 includes an annotated project header directly (about twice the files and the time).
 
-Usage: scripts/thread_safety_check.py [--build-dir build] [--jobs 2] [--clang clang++] [--wide] [FILE...]
+Speed: the files that share their flags (defines, -O and -fPIC/-fPIE aside) and see the generated service
+headers read one clang precompiled header (PCH_HEADERS, built per run into BUILD/thread_safety_check): about
+40% less CPU. A file that fails with it is checked again without it, and that verdict counts (--no-pch: never).
+
+Usage: scripts/thread_safety_check.py [--build-dir build] [--jobs 2] [--clang clang++] [--wide] [--no-pch] [FILE...]
 With FILEs: checks exactly those (with the flags of their compile command, or of --flags-from's
 when they have none: for a file outside the build such as testing/thread_safety_violation.cc).
 Progress on stderr, a summary on stdout; exit status 1 on any finding or failure, 2 on bad usage.
@@ -116,10 +120,72 @@ def clang_args(entry, clang, source_file):
     return out
 
 
+# The headers most checked files parse (gRPC and the generated service stubs, Abseil, the standard
+# library): precompiled once per run (clang PCH, a few CPU-seconds) they save 1-3 CPU-s per file.
+PCH_HEADERS = ["algorithm", "atomic", "chrono", "condition_variable", "deque", "functional", "map", "memory",
+               "mutex", "optional", "set", "string", "thread", "unordered_map", "vector",
+               "absl/status/status.h", "absl/status/statusor.h", "absl/strings/str_cat.h",
+               "absl/synchronization/mutex.h", "absl/time/time.h", "grpcpp/grpcpp.h", "dataservice.grpc.pb.h"]
+PCH_MIN_FILES = 8  # fewer files do not repay building the header
+
+
+def pch_flags(args, source):
+    """A file's clang arguments as the shared precompiled header needs them: without the source, the
+    optimization level (only __OPTIMIZE__ for -fsyntax-only) and -fPIC/-fPIE (only __PIC__/__PIE__),
+    with -pthread (_REENTRANT). Files whose remaining flags equal the header's use it."""
+    out = [a for a in args[1:] if a != source and a not in ("-fPIC", "-fPIE", "-fpic", "-fpie", "-pthread")
+           and not re.fullmatch(r"-O[0-3sgz]?", a)]
+    return ["-pthread"] + out
+
+
+def pch_key(args, source):
+    return tuple(a for a in pch_flags(args, source) if not a.startswith("-D"))
+
+
+def build_pch(jobs, clang, build_dir):
+    """Builds a clang PCH for the largest group of jobs with the same flags (defines aside) that sees the
+    generated service headers; returns ({job index: arguments using it}, seconds), or ({}, 0) on failure."""
+    groups = {}
+    for i, (path, args, _) in enumerate(jobs):
+        if any(a.startswith("-I") and a.endswith(os.sep + "proto") for a in args):
+            groups.setdefault(pch_key(args, path), []).append(i)
+    if not groups:
+        return {}, 0
+    key, members = max(groups.items(), key=lambda kv: len(kv[1]))
+    if len(members) < PCH_MIN_FILES:
+        return {}, 0
+    start = time.monotonic()
+    out_dir = os.path.join(build_dir, "thread_safety_check")
+    os.makedirs(out_dir, exist_ok=True)
+    header = os.path.join(out_dir, "pch.h")
+    # Written under this process's own names, then renamed: another run on this build tree keeps its own.
+    tmp = f".{os.getpid()}"
+    with open(header + tmp, "w") as f:
+        f.write("".join(f"#include <{h}>\n" for h in PCH_HEADERS))
+    os.replace(header + tmp, header)
+    pch = header + ".pch"
+    args = [clang, "-x", "c++-header", *[a for a in key if a != "-fsyntax-only"], header, "-o", pch + tmp]
+    p = subprocess.run(args, cwd=build_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode == 0:
+        os.replace(pch + tmp, pch)
+    if p.returncode != 0:
+        print(f"thread_safety_check: no precompiled header (each file parses its headers): {p.stdout[-500:]}",
+              file=sys.stderr)
+        return {}, 0
+    with_pch = {}
+    for i in members:
+        path, args, _ = jobs[i]
+        with_pch[i] = [args[0], "-include-pch", pch, *pch_flags(args, path), path]
+    return with_pch, time.monotonic() - start
+
+
 def check(job):
-    path, args, directory = job
+    path, args, directory, plain_args = job
     start = time.monotonic()
     p = subprocess.run(args, cwd=directory, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0 and plain_args is not None:
+        # Not a finding of the precompiled header's making: the verdict is the file's own, without it.
+        p = subprocess.run(plain_args, cwd=directory, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return path, p.returncode, p.stdout, time.monotonic() - start
 
 
@@ -135,6 +201,8 @@ def main():
     ap.add_argument("--wide", action="store_true",
                     help="also check files that include an annotated project header directly")
     ap.add_argument("--list", action="store_true", help="print the selected files and exit")
+    ap.add_argument("--no-pch", action="store_true",
+                    help="no shared precompiled header (it is built in BUILD/thread_safety_check when 8+ files share flags)")
     ap.add_argument("files", nargs="*")
     opts = ap.parse_args()
     source_dir = os.path.abspath(opts.source_dir)
@@ -183,6 +251,12 @@ def main():
         return 1
 
     start = time.monotonic()
+    with_pch, pch_seconds = ({}, 0) if opts.no_pch else build_pch(jobs, opts.clang, build_dir)
+    if with_pch:
+        print(f"thread_safety_check: precompiled header for {len(with_pch)} of {len(jobs)} files "
+              f"({pch_seconds:.1f} s)", file=sys.stderr, flush=True)
+    jobs = [(path, with_pch[i], directory, args) if i in with_pch else (path, args, directory, None)
+            for i, (path, args, directory) in enumerate(jobs)]
     failed = []
     findings = 0
     with concurrent.futures.ThreadPoolExecutor(max_workers=opts.jobs) as pool:
@@ -197,7 +271,7 @@ def main():
     wall = time.monotonic() - start
     print(f"thread_safety_check: {len(jobs)} files, {len(failed)} failed, {findings} thread-safety findings, "
           f"{wall:.0f} s wall "
-          f"({opts.jobs} jobs, {opts.clang})")
+          f"({opts.jobs} jobs, {opts.clang}, precompiled header for {len(with_pch)})")
     for rel in failed:
         print(f"  failed: {rel}")
     return 1 if failed else 0
