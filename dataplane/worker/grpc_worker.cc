@@ -337,7 +337,8 @@ void WorkerServer::GracefulShutdown(WorkerImpl& worker, absl::Duration budget) {
   // the pipelines flush what they read, and the clients read it — nothing is lost if they keep
   // reading within the budget.
   worker.HandBackInput();
-  const bool handed_back = worker.WaitForHandBack(handback_until);
+  // (Not waiting for readers that are not there: with no stream open the rest is for the serve phase.)
+  const bool handed_back = worker.WaitForHandBack(handback_until, [this] { return service_->threads().active() == 0; });
   worker.BeginDrain();
   // Tell the dispatcher at once, so it assigns nothing new here meanwhile.
   CallOptions draining_heartbeat;

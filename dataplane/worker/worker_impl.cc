@@ -327,15 +327,22 @@ void WorkerImpl::HandBackInput() {
   for (auto& runner : runners) runner->ReleaseInput();
 }
 
-bool WorkerImpl::WaitForHandBack(absl::Time deadline) {
+bool WorkerImpl::WaitForHandBack(absl::Time deadline, const std::function<bool()>& nobody_reads) {
   std::vector<std::shared_ptr<TaskRunner>> runners;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [id, runner] : tasks_) runners.push_back(runner);
   }
+  absl::Time unread_since = absl::InfiniteFuture();
   while (true) {
     const bool done = std::all_of(runners.begin(), runners.end(), [](const auto& r) { return r->HandBackDone(); });
     if (done) return true;
+    if (nobody_reads && nobody_reads()) {
+      unread_since = std::min(unread_since, absl::Now());
+      if (absl::Now() - unread_since >= absl::Milliseconds(200)) return false;
+    } else {
+      unread_since = absl::InfiniteFuture();
+    }
     if (absl::Now() >= deadline || stop_token_.WaitFor(std::min(absl::Milliseconds(10), deadline - absl::Now()))) {
       return false;
     }

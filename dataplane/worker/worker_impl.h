@@ -76,8 +76,9 @@ class WorkerImpl {
   // read) and no new task is taken. Idempotent.
   void HandBackInput();
   // Waits until every task that handed its input back has produced its last element and its
-  // buffer was read, or `deadline`. True when all have.
-  bool WaitForHandBack(absl::Time deadline);
+  // buffer was read, or `deadline`, or `nobody_reads` (may be empty) held for 200 ms: no client
+  // is there to read the rest. True when all have.
+  bool WaitForHandBack(absl::Time deadline, const std::function<bool()>& nobody_reads = {});
   void BeginDrain();
   // Waits until no coordinated round is half served, or `deadline`. True when none is.
   bool WaitForInFlightRounds(absl::Time deadline);
