@@ -3,7 +3,8 @@ processes (run by process nodes on the test API server, or by a real cluster's n
 
 - an autoscaled Hybrid DataService with a trainer pod on a GPU node: the autoscaler's server-side apply of
   spec.workers.replicas and spec.workers.local makes the operator fill the local slots first and put the rest
-  remote;
+  remote; another tenant on the GPU node shrinks the local capacity and workers shift remote, at the same size;
+  it leaves and they shift back local;
 - SIGKILL of the autoscaler in the middle of a decision (its spec apply held in flight by the test API server's
   fault API), then a restart: the spec changes exactly once, to the size the model asks for — nothing doubled,
   nothing lost;
@@ -384,6 +385,60 @@ def test_hybrid_autoscaled_dataservice_fills_local_slots_first_then_remote(clust
     assert ds["metadata"]["generation"] == generation
     assert ds["spec"]["workers"]["replicas"] == want and ds["spec"]["workers"]["local"] == 3
     assert autoscaler.process.alive()
+
+    # Local capacity shrinks: another tenant arrives on gpu-1 asking for 3 CPUs. (8 - 2 - 3) x 0.5 = 1.5: one
+    # local slot. The autoscaler keeps the size and moves two workers remote; the operator carries it out.
+    cluster.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "tenant-0", "labels": {"app": "other"}},
+                   "spec": {"nodeName": "gpu-1", "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                            "containers": [{"name": "t", "image": "e2e/trainer:1",
+                                            "resources": {"requests": {"cpu": "3"}}}]}}, NS)
+    split_of = wait_split(cluster, "hyb", want, local=1)
+    assert split_of == {"local": 1, "remote": want - 1}, split_of
+    assert all(node == "gpu-1" for node in split_of.local_nodes) and all(
+        node == "node-1" for node in split_of.remote_nodes), split_of.nodes
+    status = get_ds(cluster, "hyb")["status"]["autoscaler"]
+    assert status["desiredReplicas"] == want and status["desiredLocal"] == 1, status
+
+    # The tenant leaves: three slots again, and the autoscaler moves two workers back from remote to local.
+    cluster.delete("v1", "Pod", "tenant-0", NS)
+    split_of = wait_split(cluster, "hyb", want, local=3)
+    assert split_of == {"local": 3, "remote": want - 3}, split_of
+    assert get_ds(cluster, "hyb")["spec"]["workers"]["replicas"] == want
+    assert autoscaler.process.alive()
+
+
+class Split(dict):
+    """Ready worker pods by placement, with the nodes they run on."""
+
+    def __init__(self, pods):
+        self.nodes = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in pods}
+        self.local_nodes = [n for name, n in self.nodes.items() if "-worker-local-" in name]
+        self.remote_nodes = [n for name, n in self.nodes.items() if "-worker-remote-" in name]
+        super().__init__(local=len(self.local_nodes), remote=len(self.remote_nodes))
+
+
+def wait_split(cluster, name, total, local, timeout=120):
+    """Waits until status.localCapacity, spec.workers.local and the Ready pods all show `local` local workers of
+    `total`, and no pod is left over (terminating ones are gone)."""
+
+    seen = {}
+
+    def done():
+        ds = get_ds(cluster, name)
+        live = live_pods(cluster, NS, worker_selector(name))
+        split_of = Split(ready_workers(cluster, name))
+        seen.update(spec=ds["spec"]["workers"], localCapacity=(ds.get("status") or {}).get("localCapacity"),
+                    autoscaler={k: v for k, v in ((ds.get("status") or {}).get("autoscaler") or {}).items()
+                                if k in ("decision", "history", "desiredReplicas", "desiredLocal")},
+                    live=[p["metadata"]["name"] for p in live], ready=split_of.nodes)
+        if ds["spec"]["workers"].get("local") != local or (ds.get("status") or {}).get("localCapacity") != local:
+            return None
+        return split_of if len(live) == total and split_of == {"local": local, "remote": total - local} else None
+
+    try:
+        return cluster.wait_for(done, timeout, "%d Ready workers of %s, %d of them local" % (total, name, local))
+    except TimeoutError as exc:
+        raise TimeoutError("%s; last seen: %s" % (exc, json.dumps(seen))) from None
 
 
 def test_sigkill_mid_decision_and_restart_neither_doubles_nor_loses_the_scaling(cluster, prom):

@@ -198,7 +198,14 @@ AutoscalerController::AutoscalerController(kube::Client* client, AutoscalerOptio
             }
           },
       .on_delete = [this](const kube::ObjectPtr& o) { queue_.Add(kube::ObjectKey(*o)); }});
-  reflector(&pods_, kube::resources::Pods(), kLabelDataService, [](json&& o) { return kube::PackObject(CompactPod(std::move(o))); });
+  // Packed entries keep only the identity outside the text (kube/packed_object.h); the label the
+  // index reads is kept beside it, or no pod would ever be found by its DataService.
+  reflector(&pods_, kube::resources::Pods(), kLabelDataService, [](json&& o) {
+    json label = Field(o, {"metadata", "labels", kLabelDataService});
+    json packed = kube::PackObject(CompactPod(std::move(o)));
+    if (label.is_string()) packed["metadata"]["labels"] = {{kLabelDataService, std::move(label)}};
+    return packed;
+  });
   auto scaler_handler = kube::ResourceEventHandler{
       .on_add = [this](const kube::ObjectPtr& o) { for (const auto& k : TargetIndex(*o)) queue_.Add(k); },
       .on_update =

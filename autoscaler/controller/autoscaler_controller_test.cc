@@ -109,16 +109,22 @@ class FakeSignals final : public SignalProvider {
   Observation Observe(const ObserveRequest& request, absl::Time now) override {
     absl::MutexLock lock(&mu_);
     ++observed_[request.name];
+    last_[request.name] = request;
     return Stalled(now);
   }
   int observed(const std::string& name) {
     absl::MutexLock lock(&mu_);
     return observed_[name];
   }
+  ObserveRequest last(const std::string& name) {
+    absl::MutexLock lock(&mu_);
+    return last_[name];
+  }
 
  private:
   absl::Mutex mu_;
   std::map<std::string, int> observed_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, ObserveRequest> last_ ABSL_GUARDED_BY(mu_);
 };
 
 struct Cluster {
@@ -248,6 +254,51 @@ TEST_CASE("an autoscaled DataService gets spec.workers written by sluice-autosca
   json later = cluster.Get("mnist");
   CHECK(later["spec"]["workers"]["replicas"] == replicas);
   CHECK(later["metadata"]["generation"] == ds["metadata"]["generation"]);
+}
+
+// A pod of DataService `ds` with `role` (and placement), Running and Ready at `ip`.
+void CreatePod(kube::Client& client, const std::string& name, const std::string& ds, const std::string& role,
+               const std::string& ip) {
+  json pod = {{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata",
+               {{"name", name},
+                {"namespace", "ml"},
+                {"labels", {{"sluice.dev/dataservice", ds}, {"sluice.dev/role", role}, {"sluice.dev/placement", "remote"}}}}},
+              {"spec", {{"nodeName", "node-1"}, {"containers", json::array({{{"name", role}, {"image", "x"}}})}}}};
+  auto created = client.Create(kube::resources::Pods(), "ml", pod);
+  REQUIRE(created.ok());
+  json status = *created;
+  status["status"] = {{"phase", "Running"},
+                      {"podIP", ip},
+                      {"conditions", json::array({{{"type", "Ready"}, {"status", "True"}}})}};
+  REQUIRE(client.Send("PUT", absl::StrCat("/api/v1/namespaces/ml/pods/", name, "/status"), status.dump(),
+                      "application/json")
+              .ok());
+}
+
+TEST_CASE("the DataService's pods are found in the cache: the direct scrape gets the dispatcher's and workers' addresses",
+          "[controller][integration]") {
+  // The pod cache keeps pods packed (kube/packed_object.h); its index by DataService once read a
+  // label the packed entry did not keep, so no pod was ever found: no scrape address, no ready
+  // workers for a shift's make-before-break, no names for workersToDelete.
+  Cluster cluster;
+  CreatePod(*cluster.client, "mnist-dispatcher-0", "mnist", "dispatcher", "10.0.0.5");
+  CreatePod(*cluster.client, "mnist-worker-remote-0", "mnist", "worker", "10.0.0.6");
+  REQUIRE(kube::ServerSideApply(*cluster.client, DataServicesResource(), "ml", Manifest("mnist", {{"enabled", true}}),
+                                "kubectl")
+              .ok());
+  FakeSignals signals;
+  AutoscalerMetrics metrics;
+  Running running(cluster.client.get(), &signals, &metrics);
+  REQUIRE(WaitFor([&] {
+    ObserveRequest r = signals.last("mnist");
+    return signals.observed("mnist") >= 1 && !r.dispatcher_metrics_url.empty() && !r.worker_metrics_urls.empty();
+  }, absl::Seconds(30)));
+  ObserveRequest r = signals.last("mnist");
+  CHECK(absl::StrContains(r.dispatcher_metrics_url, "10.0.0.5"));
+  REQUIRE(r.worker_metrics_urls.count("mnist-worker-remote-0") == 1);
+  CHECK(absl::StrContains(r.worker_metrics_urls["mnist-worker-remote-0"], "10.0.0.6"));
 }
 
 TEST_CASE("an HPA naming the DataService makes the autoscaler stand down with a condition",

@@ -445,7 +445,14 @@ DecisionResult Decide(const PolicyConfig& config, const Target& target, const Si
   }
   if (!learnt.learnt.empty()) d.learnt.push_back(learnt.learnt);
   if (h.interference.slowdown_per_worker) a.interference_slowdown = learnt.slowdown;
-  d.split = SplitWorkers({d.replicas, std::clamp(target.local, 0, current), target.local_capacity,
+  // The local workers there are: spec.workers.local, but the operator places at most the local
+  // capacity there (operator/reconciler.cc), so when the capacity shrank it has already moved the
+  // rest remote, whatever spec.workers.local still says.
+  const int32_t current_local = target.local_capacity
+                                    ? std::clamp(std::min(target.local, *target.local_capacity), 0, current)
+                                    : std::clamp(target.local, 0, current);
+  const int32_t current_remote = current - current_local;
+  d.split = SplitWorkers({d.replicas, current_local, target.local_capacity,
                           target.consumer_nodes, now},
                          h.interference, config.placement);
   d.local = d.split.local;
@@ -454,8 +461,8 @@ DecisionResult Decide(const PolicyConfig& config, const Target& target, const Si
   // Make before break: a pool shrinks only once the other one has as many ready workers as it is
   // to have, so a shift between local and remote never leaves the trainers short while pods start.
   {
-    const int32_t now_local = std::clamp(target.local, 0, current);
-    const int32_t now_remote = current - now_local;
+    const int32_t now_local = current_local;
+    const int32_t now_remote = current_remote;
     int32_t ready_local = 0, ready_remote = 0;
     for (const WorkerCandidate& w : target.workers) {
       if (w.ready) (w.local ? ready_local : ready_remote) += 1;
@@ -478,17 +485,15 @@ DecisionResult Decide(const PolicyConfig& config, const Target& target, const Si
     h.surge_total = d.replicas;
   }
 
-  const int32_t current_local = std::clamp(target.local, 0, current);
-  const int32_t current_remote = current - current_local;
   // Workers that only a make-before-break shift kept going away is the end of that shift, not a
   // scale-down: the size the policy decided does not change (and so it may happen while data is
   // missing, which never lowers the decided size).
-  const bool surge_released = d.replicas < current && d.replicas >= committed && d.local != current_local;
+  const bool surge_released = surge > 0 && d.replicas < current && d.replicas >= committed;
   if (d.replicas > current) {
     d.direction = Direction::kUp;
   } else if (d.replicas < current && !surge_released) {
     d.direction = Direction::kDown;
-  } else if (d.local != current_local) {
+  } else if (surge_released || d.local != current_local || d.local != std::clamp(target.local, 0, current)) {
     d.direction = Direction::kShift;
   }
   const int32_t remove_local = std::max(0, current_local - d.local);
@@ -504,8 +509,13 @@ DecisionResult Decide(const PolicyConfig& config, const Target& target, const Si
       break;
     case Direction::kShift:
       if (surge_released) {
-        note(Reason::kShifted, absl::StrCat(current_local, " -> ", d.local, " local workers: the shift completes, ",
-                                            current - d.replicas, " workers kept until their replacements served go"));
+        note(Reason::kShifted, absl::StrCat("the shift completes: the ", current - d.replicas,
+                                            " workers kept until their replacements served go (", d.local, " local, ",
+                                            d.remote, " remote)"));
+      } else if (d.local == current_local) {
+        note(Reason::kShifted, absl::StrCat("spec.workers.local ", target.local, " -> ", d.local, ": the local capacity (",
+                                            target.local_capacity.value_or(0),
+                                            ") fits no more; the operator already runs the rest remote"));
       } else {
         note(Reason::kShifted, absl::StrCat(current_local, " -> ", d.local, " local workers: ", d.split.why));
       }

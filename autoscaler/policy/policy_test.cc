@@ -476,40 +476,46 @@ TEST_CASE("a stall while new workers start is not taken for their capacity when 
 }
 
 TEST_CASE("make before break: a shift adds the new pool's workers first, removes the old ones once they serve") {
+  // Local capacity appears (a trainer's node has room now) under 4 remote workers: the local ones
+  // are added first, and the remote ones go once the local ones serve. (A shift the other way on a
+  // capacity loss is the operator's: it places at most the capacity locally; see the next case.)
   PolicyConfig c = Config();
   c.placement.policy = Placement::kHybrid;
   c.settle_time = absl::ZeroDuration();
   Target t;
   t.replicas = 4;
-  t.local = 4;
-  t.local_capacity = 0;  // the local slots are gone
-  for (int i = 0; i < 4; ++i) t.workers.push_back({"l-" + std::to_string(i), true, true, 0, kT0});
-  // 4 workers are right (40 elements/s of 10 each), all local, and local capacity vanished.
-  Signals s = At(kT0, {0.0, 38, 38, 4, 3.8, 0, 0, 4, 0.1});
+  t.local = 0;
+  t.local_capacity = 4;
+  for (int i = 0; i < 4; ++i) t.workers.push_back({"r-" + std::to_string(i), false, true, 0, kT0});
+  // 4 workers are right (40 elements/s of 10 each), all remote.
+  Signals s = At(kT0, {0.0, 38, 38, 4, 3.8, 0, 0, 0, 0.1});
   c.placement.worker_cpus = 1;
   DecisionResult r = Decide(c, t, s, {}, kT0);
   INFO(r.decision.Summary());
-  CHECK(r.decision.replicas == 8);  // 4 remote added, the 4 local kept
+  CHECK(r.decision.replicas == 8);  // 4 local added, the 4 remote kept
   CHECK(r.decision.local == 4);
   CHECK(r.decision.remote == 4);
   CHECK(r.decision.workers_to_delete.empty());
   CHECK(r.history.surge_extra == 4);
-  // The remote ones start; not ready yet: nothing changes.
+  // The local ones start; not ready yet: nothing changes.
   t.replicas = 8;
-  for (int i = 0; i < 4; ++i) t.workers.push_back({"r-" + std::to_string(i), false, false, 0, kT0 + absl::Seconds(15)});
+  t.local = 4;
+  for (int i = 0; i < 4; ++i) t.workers.push_back({"l-" + std::to_string(i), true, false, 0, kT0 + absl::Seconds(15)});
   absl::Time t1 = kT0 + absl::Seconds(30);
-  DecisionResult wait = Decide(c, t, At(t1, {0.0, 38, 38, 4, 3.8, 0, 0, 4, 0.1}), r.history, t1);
+  DecisionResult wait = Decide(c, t, At(t1, {0.0, 38, 38, 4, 3.8, 0, 0, 0, 0.1}), r.history, t1);
+  INFO(wait.decision.Summary());
   CHECK(wait.decision.direction == Direction::kNone);
   CHECK(wait.history.surge_extra == 4);
-  // Ready: the local ones go, without waiting for the scale-down window or a settled window.
+  // Ready: the remote ones go, without waiting for the scale-down window or a settled window.
   for (auto& w : t.workers) w.ready = true;
   c.scale_down.stabilization_window = absl::Minutes(5);
   absl::Time t2 = kT0 + absl::Seconds(90);
   DecisionResult done = Decide(c, t, At(t2, {0.0, 38, 38, 8, 3.8, 0, 0, 4, 0.1}), wait.history, t2);
   INFO(done.decision.Summary());
   CHECK(done.decision.replicas == 4);
-  CHECK(done.decision.local == 0);
-  CHECK(done.decision.workers_to_delete.size() == 4);
+  CHECK(done.decision.local == 4);
+  REQUIRE(done.decision.workers_to_delete.size() == 4);
+  for (const std::string& name : done.decision.workers_to_delete) CHECK(name.rfind("r-", 0) == 0);
   CHECK(done.history.surge_extra == 0);
   // The size the policy decided (4) did not change: the shift completes, it is not a scale-down.
   CHECK(done.decision.direction == Direction::kShift);
@@ -526,6 +532,45 @@ TEST_CASE("make before break: a shift adds the new pool's workers first, removes
   CHECK(held.decision.replicas == 4);
   CHECK(held.decision.direction == Direction::kShift);
   CHECK(held.decision.Has(Reason::kHeldOnMissingData));
+}
+
+TEST_CASE("a capacity loss: spec.workers.local follows what the operator already placed, no surge") {
+  // Found end to end (e2e/test_autoscaler.py): 5 workers, 3 local; another tenant on the trainer's
+  // node leaves room for 1 local worker. The operator places at most localCapacity local workers,
+  // so it replaces 2 local pods by remote ones itself. The autoscaler used to surge (7 = the 3 local
+  // it meant to keep + 4 remote): the operator ran 1 local and 6 remote, and the surge's end then
+  // looked for 2 local pods to remove that were gone. Now it writes local 1 at the same size.
+  PolicyConfig c = Config();
+  c.placement.policy = Placement::kHybrid;
+  c.settle_time = absl::ZeroDuration();
+  c.scale_down.stabilization_window = absl::Minutes(5);
+  Target t;
+  t.replicas = 5;
+  t.local = 3;
+  t.local_capacity = 1;
+  for (int i = 0; i < 3; ++i) t.workers.push_back({"l-" + std::to_string(i), true, true, 0, kT0});
+  for (int i = 0; i < 2; ++i) t.workers.push_back({"r-" + std::to_string(i), false, true, 0, kT0});
+  Signals s = At(kT0, {0.0, 45, 45, 5, 4.5, 0, 0, 3, 0.1});
+  DecisionResult r = Decide(c, t, s, {}, kT0);
+  INFO(r.decision.Summary());
+  CHECK(r.decision.replicas == 5);
+  CHECK(r.decision.local == 1);
+  CHECK(r.decision.remote == 4);
+  CHECK(r.decision.workers_to_delete.empty());  // the operator chooses which local pods go
+  CHECK(r.decision.direction == Direction::kShift);
+  CHECK(r.decision.act);
+  CHECK(r.history.surge_extra == 0);
+
+  // Written: nothing more to do while the operator's remote replacements start and serve.
+  t.local = 1;
+  t.workers.clear();
+  t.workers.push_back({"l-0", true, true, 0, kT0});
+  for (int i = 0; i < 4; ++i) t.workers.push_back({"r-" + std::to_string(i), false, i < 2, 0, kT0});
+  absl::Time t1 = kT0 + absl::Seconds(30);
+  DecisionResult next = Decide(c, t, At(t1, {0.0, 45, 45, 3, 4.5, 0, 0, 1, 0.1}), r.history, t1);
+  INFO(next.decision.Summary());
+  CHECK(next.decision.direction == Direction::kNone);
+  CHECK(next.decision.replicas == 5);
 }
 
 TEST_CASE("noisy signals around a steady need do not flap") {
