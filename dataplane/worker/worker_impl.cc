@@ -38,7 +38,42 @@ WorkerImpl::~WorkerImpl() { Stop(); }
 void WorkerImpl::Start() {
   absl::MutexLock lock(&mu_);
   if (heartbeat_thread_.joinable() || stopping_ || heartbeats_stopping_) return;
+  starter_thread_ = std::thread([this] { StarterLoop(); });
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+}
+
+void WorkerImpl::StarterLoop() {
+  while (true) {
+    service::TaskDef task;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !to_start_.empty(); };
+      mu_.Await(absl::Condition(&ready));
+      if (stopping_) {
+        to_start_.clear();
+        starting_.clear();
+        return;
+      }
+      task = std::move(to_start_.front());
+      to_start_.pop_front();
+    }
+    StartTask(task);
+  }
+}
+
+void WorkerImpl::StartTask(const service::TaskDef& task) {
+  if (config_.before_task_build) config_.before_task_build(task.task_id());
+  std::shared_ptr<TaskRunner> runner = CreateTaskRunner(task, env_);  // outside the lock: builds a pipeline
+  absl::MutexLock lock(&mu_);
+  starting_.erase(task.task_id());
+  if (draining_ || stopping_ || input_released_ || tasks_.count(task.task_id()) > 0) return;
+  tasks_[task.task_id()] = std::move(runner);
+  SLUICE_LOG(Info, "task started")
+      .With("task_id", task.task_id())
+      .With("job_id", task.job_id())
+      .With("sharding", service::ShardingPolicy_Name(task.sharding()))
+      .With("num_consumers", static_cast<int64_t>(task.num_consumers()))
+      .With("cross_job_sharing", task.cross_job_sharing());
 }
 
 void WorkerImpl::HeartbeatLoop() {
@@ -48,7 +83,7 @@ void WorkerImpl::HeartbeatLoop() {
       absl::MutexLock lock(&mu_);
       if (stopping_ || heartbeats_stopping_) break;
     }
-    absl::Status status = Heartbeat(CallOptions{&stop_token_});
+    absl::Status status = HeartbeatImpl(CallOptions{&stop_token_}, /*start_async=*/true);
     if (!status.ok() && !stop_token_.cancelled()) {
       if (!failing) {
         SLUICE_LOG(Warning, "heartbeat to the dispatcher failed; retrying every interval")
@@ -101,7 +136,7 @@ class WorkerImpl::HeartbeatDone {
   WorkerImpl* worker_;
 };
 
-absl::Status WorkerImpl::Heartbeat(const CallOptions& options) {
+absl::Status WorkerImpl::HeartbeatImpl(const CallOptions& options, bool start_async) {
   std::vector<std::shared_ptr<TaskRunner>> runners;
   service::WorkerHeartbeatRequest request;
   {
@@ -161,24 +196,23 @@ absl::Status WorkerImpl::Heartbeat(const CallOptions& options) {
     registered_ = true;
     if (response->heartbeat_interval_ms() > 0) heartbeat_interval_ = absl::Milliseconds(response->heartbeat_interval_ms());
     for (const auto& task : response->new_tasks()) {
-      if (!draining_ && !stopping_ && !input_released_ && tasks_.count(task.task_id()) == 0) to_create.push_back(&task);
+      if (draining_ || stopping_ || input_released_ || tasks_.count(task.task_id()) > 0 ||
+          starting_.count(task.task_id()) > 0) {
+        continue;
+      }
+      if (start_async && starter_thread_.joinable()) {
+        starting_.insert(task.task_id());
+        to_start_.push_back(task);
+      } else {
+        starting_.insert(task.task_id());
+        to_create.push_back(&task);
+      }
     }
     for (const auto& received : response->received()) {  // what the clients got: room under the cap
       if (auto it = tasks_.find(received.task_id()); it != tasks_.end()) it->second->SetDelivered(received.elements());
     }
   }
-  for (const service::TaskDef* task : to_create) {
-    std::shared_ptr<TaskRunner> runner = CreateTaskRunner(*task, env_);  // outside the lock: builds a pipeline
-    absl::MutexLock lock(&mu_);
-    if (draining_ || stopping_ || tasks_.count(task->task_id()) > 0) continue;
-    tasks_[task->task_id()] = std::move(runner);
-    SLUICE_LOG(Info, "task started")
-        .With("task_id", task->task_id())
-        .With("job_id", task->job_id())
-        .With("sharding", service::ShardingPolicy_Name(task->sharding()))
-        .With("num_consumers", static_cast<int64_t>(task->num_consumers()))
-        .With("cross_job_sharing", task->cross_job_sharing());
-  }
+  for (const service::TaskDef* task : to_create) StartTask(*task);
   if (response->draining()) {
     // The dispatcher drains this worker (it is about to be removed): its tasks hand their input
     // back and end once what they read has been served. Idempotent.
@@ -221,6 +255,11 @@ absl::StatusOr<std::shared_ptr<TaskRunner>> WorkerImpl::FindTask(int64_t task_id
       return tasks_.count(task_id) > 0 || stopping_ || IsCancelled(cancel);
     };
     mu_.AwaitWithTimeout(absl::Condition(&known), config_.unknown_task_wait);
+    // A task the starter is still building is known: wait for it, however long its pipeline takes.
+    auto built = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return tasks_.count(task_id) > 0 || starting_.count(task_id) == 0 || stopping_ || IsCancelled(cancel);
+    };
+    mu_.Await(absl::Condition(&built));
     it = tasks_.find(task_id);
   }
   if (it != tasks_.end()) return it->second;
@@ -394,6 +433,7 @@ void WorkerImpl::Stop() {
   }
   stop_token_.Cancel();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  if (starter_thread_.joinable()) starter_thread_.join();  // after the pipeline it may be building
   std::map<int64_t, std::shared_ptr<TaskRunner>> tasks;
   {
     absl::MutexLock lock(&mu_);

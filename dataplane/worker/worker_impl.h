@@ -12,9 +12,11 @@
 #define SLUICE_DATAPLANE_WORKER_WORKER_IMPL_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -41,6 +43,8 @@ struct WorkerConfig {
   // GetElements/GetElement for a task this worker does not know yet (the client may learn of a task
   // before the worker's heartbeat does): ask for a heartbeat and wait this long before NotFound.
   absl::Duration unknown_task_wait = absl::Seconds(2);
+  // Tests: runs on the thread that builds a task, before its pipeline is built (a slow build).
+  std::function<void(int64_t task_id)> before_task_build;
   size_t max_response_bytes = 1 << 20;        // pack small elements up to this many bytes per response
   int max_message_bytes = rpc::kDefaultMaxMessageBytes;
   size_t sharing_window_elements = 256;
@@ -55,8 +59,11 @@ class WorkerImpl {
 
   // Starts the heartbeat thread (the first heartbeat goes out at once).
   void Start();
-  // One heartbeat now: reports progress, applies the answer (new tasks, deletions).
-  absl::Status Heartbeat(const CallOptions& options = {});
+  // One heartbeat now: reports progress, applies the answer (new tasks, deletions). New tasks are
+  // built before it returns. (The heartbeat thread's own heartbeats hand them to the task starter
+  // instead: building a pipeline can take seconds — a whole IDX data set parsed under a small CPU
+  // quota — and a heartbeat loop blocked that long got the worker timed out by the dispatcher.)
+  absl::Status Heartbeat(const CallOptions& options = {}) { return HeartbeatImpl(options, /*start_async=*/false); }
 
   // Streams the request's task: calls `write` with each response, its elements in the codec the
   // request asks for (`write` returns false when the client is gone), until end_of_sequence, an
@@ -98,6 +105,10 @@ class WorkerImpl {
 
  private:
   void HeartbeatLoop();
+  absl::Status HeartbeatImpl(const CallOptions& options, bool start_async);
+  // Builds the runner of `task` and adds it, unless the worker is draining or stopping by then.
+  void StartTask(const service::TaskDef& task);
+  void StarterLoop();  // the task starter: builds the tasks the heartbeat thread hands it, in order
   class HeartbeatDone;
 
   const WorkerConfig config_;
@@ -120,6 +131,9 @@ class WorkerImpl {
   int64_t heartbeats_sent_ ABSL_GUARDED_BY(mu_) = 0;
   bool heartbeat_in_flight_ ABSL_GUARDED_BY(mu_) = false;  // one heartbeat at a time
   std::thread heartbeat_thread_;
+  std::deque<service::TaskDef> to_start_ ABSL_GUARDED_BY(mu_);  // handed to the task starter
+  std::set<int64_t> starting_ ABSL_GUARDED_BY(mu_);              // queued or being built
+  std::thread starter_thread_;                                   // started with the heartbeat thread
 };
 
 }  // namespace sluice::worker

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <thread>
 
+#include "absl/synchronization/notification.h"
+
 #include "dataplane/worker/worker_test_util.h"
 
 namespace sluice::worker {
@@ -218,6 +220,36 @@ TEST_CASE("worker_impl waits briefly for a task the dispatcher has not delivered
   Collected got;
   REQUIRE(Stream(worker, ReadRequest(8), &got).ok());
   CHECK(got.values == std::vector<int64_t>{0, 1, 2, 3});
+  worker.Stop();
+}
+
+TEST_CASE("worker_impl keeps heartbeating while a task's pipeline takes long to build") {
+  // The build of task 8 waits until the test lets it go (a pipeline that takes long to build: a
+  // whole IDX data set parsed under a small CPU quota took 7 s with `sluice up --trainer`). The
+  // heartbeat thread once built tasks itself, went silent meanwhile and got the worker timed out.
+  absl::Notification let_go;
+  FakeDispatcher fake;
+  WorkerConfig config = Config();
+  config.before_task_build = [&](int64_t task_id) {
+    if (task_id == 8) let_go.WaitForNotificationWithTimeout(absl::Seconds(30));
+  };
+  WorkerImpl worker(config, &fake);
+  worker.Start();
+  REQUIRE(WaitUntil([&] { return worker.registered(); }));
+  fake.AssignTask("127.0.0.1:7000", MakeTask(8, "source: {range: {stop: 3}}\n"));
+  REQUIRE(WaitUntil([&] { return fake.heartbeats().size() >= 2; }));  // the task went out
+  const int64_t before = worker.heartbeats_sent();
+  CHECK(WaitUntil([&] { return worker.heartbeats_sent() >= before + 5; }, absl::Seconds(10)));
+  // A reader of the task waits for its build (past unknown_task_wait), then gets its elements.
+  std::thread release([&] {
+    absl::SleepFor(absl::Milliseconds(100));  // not a timing assertion: the read must wait either way
+    let_go.Notify();
+  });
+  Collected got;
+  absl::Status status = Stream(worker, ReadRequest(8), &got);
+  release.join();
+  CHECK(status.ok());
+  CHECK(got.values == std::vector<int64_t>{0, 1, 2});
   worker.Stop();
 }
 
