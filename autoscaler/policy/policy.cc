@@ -286,7 +286,9 @@ DecisionResult Decide(const PolicyConfig& config, const Target& target, const Si
   d.arithmetic = sizing.arithmetic;
   d.missing = sizing.missing;
   Arithmetic& a = d.arithmetic;
-  if (a.capacity_source == "saturated") h.capacity_per_worker = a.capacity_per_worker;
+  // Remembered only from a settled window: one that began while workers were still starting saw a
+  // fraction of their capacity and would cap every later estimate.
+  if (a.capacity_source == "saturated" && settled) h.capacity_per_worker = a.capacity_per_worker;
   if (a.utilization && *a.utilization >= kBusyUtilization && a.supply_per_worker && *a.supply_per_worker > 0 &&
       !sizing.stall_not_from_workers) {
     h.cpu_capacity_per_worker = *a.supply_per_worker / *a.utilization;
@@ -297,6 +299,17 @@ DecisionResult Decide(const PolicyConfig& config, const Target& target, const Si
   if (sizing.replicas) {
     raw = *sizing.replicas;
     h.failures_in_a_row = 0;
+    // A saturated measurement from a window that began before the last change (workers still
+    // starting: a pipeline loading its data set, buffers filling) is taken only when nothing better
+    // is known, and then may be a small fraction of a worker's capacity: at most double the pool on
+    // it, and size again from the next settled window.
+    if (a.capacity_source == "saturated" && !settled && committed > 0 && raw > 2 * committed) {
+      note(Reason::kScaleUpLimited,
+           absl::StrCat("the model asks for ", raw, " but measured the capacity (", Num(*a.capacity_per_worker),
+                        " per worker) while workers were starting: at most doubling, ", committed, " -> ",
+                        2 * committed));
+      raw = 2 * committed;
+    }
     if (sizing.idle) {
       note(Reason::kIdle, "the trainers consume nothing: the minimum");
     } else {
@@ -353,7 +366,9 @@ DecisionResult Decide(const PolicyConfig& config, const Target& target, const Si
   }
 
   // Scale down only on fresh, complete, settled evidence of a stall on target.
+  bool held_down = false;  // a scale-down the evidence did not allow: no recommendation of its own
   if (raw < committed) {
+    held_down = true;
     std::vector<std::string> unknown = d.missing;
     Need("churn", signals.churn, unknown);
     if (!sizing.idle) Need("stall ratio", signals.stall_ratio, unknown);
@@ -375,6 +390,8 @@ DecisionResult Decide(const PolicyConfig& config, const Target& target, const Si
     } else if (a.stall_ratio && *a.stall_ratio > config.target_stall_ratio) {
       note(Reason::kNoChange, "no scale-down while the trainers stall above the target");
       raw = committed;
+    } else {
+      held_down = false;
     }
   }
 
@@ -395,7 +412,10 @@ DecisionResult Decide(const PolicyConfig& config, const Target& target, const Si
     if (r.at > now - keep && r.at <= now) kept.push_back(r);
   }
   Stabilized stabilized = Stabilize(kept, committed, raw, config, now);
-  kept.push_back({now, raw});
+  // A held scale-down ("not settled yet", "data missing") is no recommendation to stay at the
+  // current size: recorded, it would hold the next scale-down a whole window longer (after each
+  // step down, the window that began before it is not settled).
+  if (!held_down) kept.push_back({now, raw});
   h.recommendations = std::move(kept);
   a.stabilized = stabilized.replicas;
   if (stabilized.reason == Reason::kScaleUpStabilized) {

@@ -75,7 +75,9 @@ struct Recommendation {
 // What the policy remembers between decisions. Persist it (the Kubernetes controller keeps it in
 // status.autoscaler) so that a restarted or new leader continues with the same windows.
 struct PolicyHistory {
-  std::vector<Recommendation> recommendations;  // within the longest stabilization window
+  // Within the longest stabilization window; a scale-down held for want of evidence (missing or
+  // unsettled data, churn) records none.
+  std::vector<Recommendation> recommendations;
   absl::Time last_change = absl::InfinitePast();  // when the size or the split last changed
   int32_t failures_in_a_row = 0;                 // decisions without the data to size
   std::optional<double> capacity_per_worker;     // elements/s of one busy worker, last measured saturated

@@ -475,6 +475,55 @@ TEST_CASE("a stall while new workers start is not taken for their capacity when 
   CHECK(settled.decision.arithmetic.capacity_source == "saturated");
 }
 
+TEST_CASE("a saturated capacity measured while workers start, with nothing better known, at most doubles the pool") {
+  // Found with `sluice up --trainer`: 2 workers, one added a second ago, still loading the data set;
+  // the trainer waits (stall 0.96) for the 2.7 elements/s they make: 1.3/s per worker "flat out"
+  // would ask for 40. The next settled window sizes again.
+  PolicyConfig c = Config();
+  c.settle_time = absl::Seconds(2);
+  PolicyHistory h;
+  h.last_change = kT0 - absl::Seconds(1);
+  Signals s = At(kT0, {0.96, 2.7, 2.7, 2, 0.12});
+  DecisionResult r = Decide(c, Replicas(2), s, h, kT0);
+  INFO(r.decision.Summary());
+  CHECK(r.decision.arithmetic.capacity_source == "saturated");
+  CHECK(r.decision.replicas == 4);
+  CHECK(r.decision.Has(Reason::kScaleUpLimited));
+  CHECK_FALSE(r.history.capacity_per_worker.has_value());  // nor remembered
+  // Settled, the same measurement is believed.
+  h.last_change = kT0 - absl::Minutes(5);
+  DecisionResult settled = Decide(c, Replicas(2), s, h, kT0);
+  INFO(settled.decision.Summary());
+  CHECK(settled.decision.replicas > 4);
+  CHECK_FALSE(settled.decision.Has(Reason::kScaleUpLimited));
+}
+
+TEST_CASE("a held scale-down is no recommendation: the next step down does not wait a window more") {
+  // Found with `sluice up --trainer`: after each step down the window that began before it is not
+  // settled; those held decisions were recorded as "stay at 5" and held the next step a whole
+  // scale-down window longer.
+  PolicyConfig c = Config();
+  c.settle_time = absl::Seconds(1);
+  c.scale_down.stabilization_window = absl::Seconds(8);
+  PolicyHistory h;
+  h.last_change = kT0 - absl::Seconds(1);  // 6 -> 5 a second ago
+  Signals idle = At(kT0, {0, 0, 0, 5, 0.05});
+  idle.window = absl::Seconds(8);
+  DecisionResult held = Decide(c, Replicas(5), idle, h, kT0);
+  INFO(held.decision.Summary());
+  CHECK(held.decision.Has(Reason::kHeldUntilSettled));
+  CHECK(held.decision.replicas == 5);
+  CHECK(held.history.recommendations.empty());
+  // Settled 10 s later: straight to the minimum, nothing recorded in the window holds it.
+  const absl::Time t1 = kT0 + absl::Seconds(10);
+  Signals later = At(t1, {0, 0, 0, 5, 0.05});
+  later.window = absl::Seconds(8);
+  DecisionResult down = Decide(c, Replicas(5), later, held.history, t1);
+  INFO(down.decision.Summary());
+  CHECK(down.decision.replicas == 1);
+  CHECK(down.decision.direction == Direction::kDown);
+}
+
 TEST_CASE("make before break: a shift adds the new pool's workers first, removes the old ones once they serve") {
   // Local capacity appears (a trainer's node has room now) under 4 remote workers: the local ones
   // are added first, and the remote ones go once the local ones serve. (A shift the other way on a
