@@ -67,16 +67,20 @@ DrainProgress EvaluateDrain(const service::GetStateResponse& state) {
 
 DrainProgress EvaluateWorkersDrain(const service::GetStateResponse& state, const std::vector<std::string>& addresses) {
   DrainProgress progress;
-  std::vector<std::string> waiting;
+  std::vector<std::string> waiting, drained;
   for (const std::string& address : addresses) {
     local::WorkerDrainStatus verdict = local::EvaluateWorkerDrain(state, address);
-    if (!verdict.drained) waiting.push_back(absl::StrCat(address, " (", verdict.reason, ")"));
+    (verdict.drained ? drained : waiting).push_back(absl::StrCat(address, " (", verdict.reason, ")"));
     progress.workers[address] = WorkerDrainVerdict{verdict.drained, std::move(verdict.reason)};
   }
   progress.complete = waiting.empty();
   const size_t total = progress.workers.size();
   if (progress.complete) {
-    progress.message = absl::StrCat("the dispatcher reports ", total, total == 1 ? " worker" : " workers", " drained");
+    size_t shown = std::min(drained.size(), kMaxNamedItems);
+    progress.message = absl::StrCat(
+        "the dispatcher reports ", total, total == 1 ? " worker" : " workers", " drained: ",
+        absl::StrJoin(drained.begin(), drained.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+        drained.size() > shown ? absl::StrCat(" and ", drained.size() - shown, " more") : "");
   } else {
     size_t shown = std::min(waiting.size(), kMaxNamedItems);
     progress.message = absl::StrCat(

@@ -226,7 +226,9 @@ TEST_CASE("EvaluateWorkersDrain: the dispatcher's verdict per worker a scale-dow
 
   DrainProgress done = EvaluateWorkersDrain(state, {"10.0.0.3:5051", "10.0.0.5:5051"});
   CHECK(done.complete);
-  CHECK(done.message == "the dispatcher reports 2 workers drained");
+  CHECK(done.message ==
+        "the dispatcher reports 2 workers drained: 10.0.0.3:5051 (draining, 1 task drained: clients received all it "
+        "produced and it holds no split), 10.0.0.5:5051 (draining, no task left)");
 }
 
 TEST_CASE("GrpcWorkerDrainer, scale-down: drains exactly the workers named and reports each one's verdict") {
