@@ -650,6 +650,9 @@ absl::Status DataServiceController::Execute(const std::string& key, const json& 
             .With("reason", d->reason);
         objects_changed = true;
         announce(d->event);
+        if (!d->drain_outcome.empty() && options_.metrics != nullptr) {
+          options_.metrics->CountScaleDownDrain(d->drain_outcome == "drained");
+        }
       } else if (absl::IsNotFound(deleted.status())) {
         absl::MutexLock lock(&mu_);
         expectations_.DeletionObserved(key, ObjectKey(d->kind, d->name));

@@ -575,7 +575,8 @@ void Planner::PlanWorkers() {
           Event("Normal", "DrainedWorker", "Delete",
                 absl::StrCat("deleted drained ", pool, " worker pod{s} {}: the dispatcher reports nothing left to "
                              "deliver or hand back"),
-                {w.pod->name})});
+                {w.pod->name}),
+          "drained"});
     } else if (in_.now >= drain.started + in_.options.scale_down_drain_timeout) {
       ++drain_ended_;
       const std::string timeout = absl::FormatDuration(in_.options.scale_down_drain_timeout);
@@ -587,7 +588,8 @@ void Planner::PlanWorkers() {
                              drain.message.empty() ? "" : absl::StrCat(" (", drain.message, ")"),
                              "; each falls back to the SIGTERM hand-back: splits go back at the readers' positions "
                              "and what clients have not read within the pod's shutdown budget is lost"),
-                {w.pod->name})});
+                {w.pod->name}),
+          "timed_out"});
     } else {
       drain_kept_.push_back(w);
     }

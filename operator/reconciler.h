@@ -72,6 +72,8 @@ struct DeleteObject {
   std::string uid;
   std::string reason;  // why, for logs (the event carries it too)
   EmitEvent event;
+  // A worker pod deleted after a scale-down drain: "drained" or "timed_out" (for metrics); else "".
+  std::string drain_outcome = {};
 };
 
 // Write the operator-owned status fields through the status subresource (a merge patch of

@@ -952,6 +952,7 @@ TEST_CASE("scale-down drains the pods it removes through the dispatcher, then de
     CHECK(Created(done).empty());
     CHECK(All<DrainWorkers>(done).empty());  // nothing left to drain
     CHECK(All<DeleteObject>(done)[0].reason == "drained through the dispatcher: draining, no task left");
+    CHECK(All<DeleteObject>(done)[0].drain_outcome == "drained");
     CHECK(AnnouncedNotes(done, "DrainedWorker") ==
           std::vector<std::string>{"deleted drained remote worker pod ds-worker-remote-0: the dispatcher reports "
                                    "nothing left to deliver or hand back"});
@@ -981,6 +982,7 @@ TEST_CASE("scale-down drains the pods it removes through the dispatcher, then de
           "and not yet received); each falls back to the SIGTERM hand-back: splits go back at the readers' positions "
           "and what clients have not read within the pod's shutdown budget is lost");
     CHECK(All<DeleteObject>(late)[0].event.type == "Warning");
+    CHECK(All<DeleteObject>(late)[0].drain_outcome == "timed_out");
   }
   SECTION("more workers wanted again mid-drain: the drain goes on (it cannot be undone), a new pod is created") {
     c.ds()["spec"]["workers"]["replicas"] = 2;
