@@ -1,7 +1,8 @@
 """A DataService's life with real processes: sluice-operator, and sluice-dispatcher / sluice-worker pods run by a
 process node (or by a real cluster's nodes when KUBECONFIG is set).
 
-create -> Ready -> a client reads data -> scale through /scale -> workersToDelete -> rolling worker update ->
+create -> Ready -> a client reads data -> scale through /scale -> workersToDelete -> a scale-down while a client
+reads (the removed worker is drained through the dispatcher before its pod goes) -> rolling worker update ->
 delete while a client still reads (the drain holds the DataService until the client's job is done) -> gone.
 """
 
@@ -29,6 +30,27 @@ ds = sluice.Dataset(address, pipeline={"source": {"range": {"stop": stop, "split
 values = []
 for element in ds:
     values.append(int(element["value"]))
+    if len(values) == pause_after:
+        print("paused", flush=True)
+        sys.stdin.readline()
+print(json.dumps({"values": values, "stats": ds.stats()}), flush=True)
+"""
+
+# A DYNAMIC (each element once) reader of 64 KiB uncompressed elements that keeps about one response per worker in
+# its own buffer: while it is paused the workers hold produced elements nobody received, so a drain cannot end.
+SLOW_DYNAMIC_CLIENT = r"""
+import json, sys
+import sluice
+address, stop, pause_after = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+pipeline = {"source": {"range": {"stop": stop, "split_size": 50}},
+            "steps": [{"map": {"parallelism": 1, "ops": [{"reshape": {"field": "value", "shape": [1]}},
+                                                          {"pad": {"field": "value", "length": 8192}}]}}]}
+ds = sluice.Dataset(address, pipeline=pipeline, sharding="dynamic", compression="none",
+                    max_outstanding_requests=1, max_buffered_bytes=1, heartbeat_interval_s=0.1,
+                    create_timeout_s=30.0)
+values = []
+for element in ds:
+    values.append(int(element["value"][0]))
     if len(values) == pause_after:
         print("paused", flush=True)
         sys.stdin.readline()
@@ -75,10 +97,10 @@ def events(cluster, reason=None):
     return [e for e in items if reason is None or e.get("reason") == reason]
 
 
-def start_client(cluster, name, stop, pause_after, port=5050):
+def start_client(cluster, name, stop, pause_after, port=5050, script=CLIENT):
     path = require_python_module()
     env = dict(os.environ, PYTHONPATH=path)
-    return subprocess.Popen([sys.executable, "-c", CLIENT, dispatcher_endpoint(cluster, name, port), str(stop),
+    return subprocess.Popen([sys.executable, "-c", script, dispatcher_endpoint(cluster, name, port), str(stop),
                              str(pause_after)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
 
 
@@ -140,8 +162,9 @@ def test_scale_through_the_scale_subresource(env, ready_ds):
     assert scale_status["selector"] == worker_selector("reader")
     scale(cluster, "reader", 1)
     wait_ready(cluster, "reader", 1)
-    names = [p["metadata"]["name"] for p in live_pods(cluster, NS, worker_selector("reader"))]
-    assert names == ["reader-worker-remote-0"], "the newest workers go first"
+    # The two removed (idle) workers are drained through the dispatcher, then deleted.
+    names = lambda: [p["metadata"]["name"] for p in live_pods(cluster, NS, worker_selector("reader"))]
+    cluster.wait_for(lambda: names() == ["reader-worker-remote-0"], 30, "the newest workers to go first")
     scale(cluster, "reader", 2)
     wait_ready(cluster, "reader", 2)
 
@@ -155,8 +178,10 @@ def test_workers_to_delete_removes_exactly_those_pods(env, ready_ds):
     cluster.client.merge_patch(cluster.client.resource_path(GROUP_VERSION, "dataservices", NS, "picky"),
                                {"spec": {"workers": {"replicas": 2, "workersToDelete": victims}}})
     wait_ready(cluster, "picky", 2)
-    after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in live_pods(cluster, NS, worker_selector("picky"))}
-    assert after == {name: uid for name, uid in before.items() if name not in victims}
+    # The victims are drained through the dispatcher (idle: at once), then deleted.
+    after = lambda: {p["metadata"]["name"]: p["metadata"]["uid"] for p in live_pods(cluster, NS, worker_selector("picky"))}
+    cluster.wait_for(lambda: after() == {name: uid for name, uid in before.items() if name not in victims}, 30,
+                     "exactly the victims to go")
 
     # Listed names are not reused while listed: scaling up again picks fresh ordinals.
     cluster.client.merge_patch(cluster.client.resource_path(GROUP_VERSION, "dataservices", NS, "picky"),
@@ -166,6 +191,92 @@ def test_workers_to_delete_removes_exactly_those_pods(env, ready_ds):
     assert names == ["picky-worker-remote-0", "picky-worker-remote-3", "picky-worker-remote-4"]
     cluster.delete(GROUP_VERSION, "DataService", "picky", NS)
     cluster.wait_for_deletion(GROUP_VERSION, "DataService", "picky", NS, timeout=60)
+
+
+def test_scale_down_drains_the_removed_worker_through_the_dispatcher_before_deleting_it(env):
+    """A client reads a DYNAMIC job slowly; the DataService is scaled from 2 workers to 1 naming a pod in
+    workersToDelete. The pod stays (and is asked about every round) while it holds elements the client has not
+    read; once the client reads on, the dispatcher reports it drained and only then is it deleted. The client gets
+    every element exactly once."""
+    require_python_module()
+    cluster, operator = env
+    name, stop = "shrink", 1000
+    cluster.apply(dataservice(name, replicas=2), namespace=NS)
+    wait_ready(cluster, name, 2)
+    pods = {p["metadata"]["name"]: p for p in live_pods(cluster, NS, worker_selector(name))}
+    client = start_client(cluster, name, stop=stop, pause_after=20, script=SLOW_DYNAMIC_CLIENT)
+    round_line = 'msg="scale-down drain round" dataservice=%s/%s' % (NS, name)
+    try:
+        assert client.stdout.readline().strip() == "paused"
+        # The victim is a worker that holds elements the paused client has not received (a worker that got no
+        # split produced nothing and drains at once, rightly).
+        def buffering():
+            return next((n for n, p in sorted(pods.items())
+                         if worker_gauge(p, "sluice_worker_buffered_elements") > 0), None)
+        victim = cluster.wait_for(buffering, 30, "a worker to buffer elements nobody read")
+        survivor = next(n for n in pods if n != victim)
+        victim_address = "%s:5051" % pods[victim]["status"]["podIP"]
+        cluster.client.merge_patch(cluster.client.resource_path(GROUP_VERSION, "dataservices", NS, name),
+                                   {"spec": {"workers": {"replicas": 1, "workersToDelete": [victim]}}})
+
+        def started():
+            return [e for e in events(cluster, "DrainingWorker") if e["regarding"]["name"] == name] or None
+        assert victim in started_note(cluster.wait_for(started, 30, "DrainingWorker"))
+        # Rounds go on while the client holds the victim's elements unread: the pod stays, nothing replaces it.
+        rounds = lambda: [line for line in operator.log().splitlines() if round_line in line]
+        try:
+            cluster.wait_for(lambda: len(rounds()) >= 3, 30, "three scale-down drain rounds")
+        except TimeoutError as exc:
+            raise AssertionError("%s; rounds: %s" % (exc, rounds())) from exc
+        rounds = rounds()
+        assert all("drained=0" in line for line in rounds), rounds
+        assert victim_address in rounds[-1], rounds[-1]
+        assert sorted(p["metadata"]["name"] for p in live_pods(cluster, NS, worker_selector(name))) == sorted(pods)
+        ds = cluster.wait_for(lambda: (lambda d: d if (d.get("status") or {}).get("drainingReplicas") == 1 else None)(
+            get_ds(cluster, name)), 30, "status.drainingReplicas=1")
+        assert ds["status"]["replicas"] == 1
+        assert "draining through the dispatcher before deletion" in condition(ds, "WorkersReady")["message"]
+
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        result = finish_client(client)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+    # Nothing lost, nothing read twice.
+    assert collections.Counter(result["values"]) == collections.Counter(range(stop))
+    cluster.wait_for(lambda: [p["metadata"]["name"] for p in live_pods(cluster, NS, worker_selector(name))]
+                     == [survivor], 60, "the drained victim to be deleted")
+    drained = [e for e in events(cluster, "DrainedWorker") if e["regarding"]["name"] == name]
+    assert drained and victim in drained[0]["note"], drained
+    assert not [e for e in events(cluster, "WorkerDrainTimedOut") if e["regarding"]["name"] == name]
+    # The operator deleted the pod only after a round in which the dispatcher reported it drained.
+    log = operator.log().splitlines()
+    deleted_at = next(i for i, line in enumerate(log) if "msg=deleted" in line and "name=%s " % victim in line + " ")
+    last_round = [line for line in log[:deleted_at] if round_line in line][-1]
+    assert "drained=1" in last_round, last_round
+    if not cluster.real:
+        dispatcher_log = cluster.nodes[0].pod_log(NS, name + "-dispatcher", "dispatcher")
+        assert "worker draining (requested)" in dispatcher_log and victim_address in dispatcher_log
+    cluster.delete(GROUP_VERSION, "DataService", name, NS)
+    cluster.wait_for_deletion(GROUP_VERSION, "DataService", name, NS, timeout=60)
+
+
+def worker_gauge(pod, metric, port=8091):
+    """The sum of `metric` on the worker pod's /metrics (0 when it cannot be read)."""
+    import urllib.request
+    try:
+        with urllib.request.urlopen("http://%s:%d/metrics" % (pod["status"]["podIP"], port), timeout=5) as resp:
+            text = resp.read().decode("utf-8", "replace")
+    except OSError:
+        return 0.0
+    return sum(float(line.rpartition(" ")[2]) for line in text.splitlines()
+               if line.startswith(metric) and not line.startswith("#"))
+
+
+def started_note(items):
+    return " ".join(e.get("note", "") for e in items)
 
 
 class PodWatcher:

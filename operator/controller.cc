@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "kube/apply.h"
 #include "kube/errors.h"
@@ -384,6 +385,7 @@ absl::StatusOr<kube::ReconcileResult> DataServiceController::ReconcileOnce(const
     absl::MutexLock lock(&mu_);
     expectations_.Forget(key);
     drains_.erase(key);
+    pod_drains_.erase(key);
     auto_orders_.erase(key);
     status_written_.erase(key);
     consumer_nodes_.erase(key);
@@ -395,6 +397,15 @@ absl::StatusOr<kube::ReconcileResult> DataServiceController::ReconcileOnce(const
     absl::MutexLock lock(&mu_);
     input.expectations = expectations_.Pending(key);
     if (auto it = drains_.find(key); it != drains_.end()) input.drain = it->second;
+    if (auto it = pod_drains_.find(key); it != pod_drains_.end()) {
+      std::set<std::string> present;  // pods of this DataService that still exist
+      for (const ObservedPod& p : input.owned_pods) present.insert(p.uid);
+      for (auto d = it->second.begin(); d != it->second.end();) {
+        d = present.count(d->first) ? std::next(d) : it->second.erase(d);
+      }
+      input.pod_drains = it->second;
+      if (it->second.empty()) pod_drains_.erase(it);
+    }
     input.namespace_terminating = terminating_namespaces_.count(kube::NamespaceOf(object)) > 0;
     if (auto it = auto_orders_.find(key); it != auto_orders_.end()) input.auto_order = it->second;
   }
@@ -462,6 +473,66 @@ void DataServiceController::RunDrainRound(const std::string& key, const DrainWor
     drains_[key] = progress;
   }
   if (progress.complete) queue_.Add(key);  // release the finalizer now, not at the next poll
+}
+
+void DataServiceController::RunScaleDownDrainRound(const std::string& key, const DrainWorkers& drain) {
+  const absl::Time now = options_.clock->Now();
+  {
+    absl::MutexLock lock(&mu_);
+    std::map<std::string, PodDrain>& pods = pod_drains_[key];
+    for (size_t i = 0; i < drain.worker_uids.size() && i < drain.workers.size() && i < drain.worker_addresses.size();
+         ++i) {
+      auto [it, added] = pods.try_emplace(drain.worker_uids[i]);
+      if (!added) continue;
+      it->second.pod = drain.workers[i];
+      it->second.address = drain.worker_addresses[i];
+      it->second.started = now;  // the drain timer starts with the first request
+    }
+  }
+  DrainProgress progress;
+  absl::Status failed;
+  if (options_.drainer == nullptr) {
+    for (const std::string& address : drain.worker_addresses) {
+      progress.workers[address] = WorkerDrainVerdict{true, "draining is disabled in this operator; the pod stops on SIGTERM"};
+    }
+  } else {
+    absl::StatusOr<DrainProgress> round = options_.drainer->Drain(drain);  // RPCs: no lock held
+    if (options_.metrics != nullptr) options_.metrics->CountDrainRpc(round.ok());
+    if (round.ok()) {
+      progress = *std::move(round);
+    } else {
+      failed = round.status();
+      Warn("scale-down drain round failed; retrying until each pod's drain deadline", key, failed);
+    }
+  }
+  int drained = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    std::map<std::string, PodDrain>& pods = pod_drains_[key];
+    for (size_t i = 0; i < drain.worker_uids.size(); ++i) {
+      auto it = pods.find(drain.worker_uids[i]);
+      if (it == pods.end()) continue;
+      if (!failed.ok()) {
+        it->second.message = absl::StrCat("the last drain round failed: ", failed.message());
+        continue;
+      }
+      auto verdict = progress.workers.find(it->second.address);
+      it->second.answered = true;
+      it->second.drained = verdict != progress.workers.end() && verdict->second.drained;
+      it->second.message = verdict != progress.workers.end() ? verdict->second.message
+                                                             : std::string("the drain round gave no verdict for it");
+      drained += it->second.drained;
+    }
+  }
+  if (failed.ok()) {
+    SLUICE_LOG(Info, "scale-down drain round")
+        .With("dataservice", key)
+        .With("dispatcher", drain.dispatcher_endpoint.empty() ? drain.dispatcher_address : drain.dispatcher_endpoint)
+        .With("pods", absl::StrJoin(drain.workers, ","))
+        .With("drained", drained)
+        .With("progress", progress.message);
+  }
+  if (drained > 0) queue_.Add(key);  // delete the drained pods now, not at the next poll
 }
 
 void DataServiceController::ReadAutoOrderOf(const std::string& key, const ReadAutoOrder& read) {
@@ -579,6 +650,9 @@ absl::Status DataServiceController::Execute(const std::string& key, const json& 
             .With("reason", d->reason);
         objects_changed = true;
         announce(d->event);
+        if (!d->drain_outcome.empty() && options_.metrics != nullptr) {
+          options_.metrics->CountScaleDownDrain(d->drain_outcome == "drained");
+        }
       } else if (absl::IsNotFound(deleted.status())) {
         absl::MutexLock lock(&mu_);
         expectations_.DeletionObserved(key, ObjectKey(d->kind, d->name));
@@ -603,7 +677,11 @@ absl::Status DataServiceController::Execute(const std::string& key, const json& 
       absl::StatusOr<json> r = kube::RemoveFinalizer(*client_, DataServices(), dataservice, rf->finalizer);
       if (!r.ok() && !absl::IsNotFound(r.status())) fail(r.status(), "remove finalizer", "finalizer");
     } else if (const auto* drain = std::get_if<DrainWorkers>(&action)) {
-      RunDrainRound(key, *drain);
+      if (drain->scope == DrainScope::kScaleDown) {
+        RunScaleDownDrainRound(key, *drain);
+      } else {
+        RunDrainRound(key, *drain);
+      }
     } else if (const auto* read = std::get_if<ReadAutoOrder>(&action)) {
       ReadAutoOrderOf(key, *read);
     }

@@ -8,8 +8,12 @@
 //
 // Draining: a DrainWorkers action runs one drain round through the WorkerDrainer (the dispatcher's
 // RPC client); its progress is fed back to the next reconcile, and a completed drain requeues the
-// key at once so that the finalizer goes. Without a drainer (options.drainer null) draining is
-// disabled: the drain counts as complete at once (workers then stop on SIGTERM).
+// key at once so that the finalizer goes (kDataService) or the drained pods are deleted
+// (kScaleDown). Scale-down drains are remembered per pod uid (PodDrain: when the first round asked
+// for it, the last verdict) in memory only: an operator restart forgets them, so the next pass
+// asks again and the drain timer starts again. Entries of pods that no longer exist are dropped.
+// Without a drainer (options.drainer null) draining is disabled: a drain counts as complete at once
+// (workers then stop on SIGTERM).
 // AutoOrder: a ReadAutoOrder action asks the dispatcher (AutoOrderReader) what AutoOrder did; the
 // answer is fed back to the next reconcile (status.autoOrder), which is requeued at once.
 //
@@ -118,6 +122,7 @@ class DataServiceController {
                                      const absl::Status& status);
   void Emit(const nlohmann::json& dataservice, const EmitEvent& event);
   void RunDrainRound(const std::string& key, const DrainWorkers& drain);
+  void RunScaleDownDrainRound(const std::string& key, const DrainWorkers& drain);
   void ReadAutoOrderOf(const std::string& key, const ReadAutoOrder& read);
   // A problem worth a warning: `what` happened to DataService `key` (or "" when none).
   void Warn(absl::string_view what, absl::string_view key, const absl::Status& status) const;
@@ -156,6 +161,8 @@ class DataServiceController {
   mutable absl::Mutex mu_;
   Expectations expectations_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, DrainProgress> drains_ ABSL_GUARDED_BY(mu_);
+  // Scale-down drains: DataService key -> pod uid -> what is known of the pod's drain.
+  std::map<std::string, std::map<std::string, PodDrain>> pod_drains_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, ObservedAutoOrder> auto_orders_ ABSL_GUARDED_BY(mu_);  // the dispatchers' answers
   // DataServices placing workers locally, by key: their consumer selectors.
   std::map<std::string, ConsumerSelector> consumer_selectors_ ABSL_GUARDED_BY(mu_);

@@ -11,10 +11,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -108,26 +110,43 @@ struct ClusterWithCrd {
   std::unique_ptr<kube::Client> client;
 };
 
-// A drainer whose drain completes when the test says so; records what it was asked.
+// A drainer whose drains complete when the test says so (the DataService's, and the scale-down's
+// worker by worker); records what it was asked.
 class FakeDrainer final : public WorkerDrainer {
  public:
   absl::StatusOr<DrainProgress> Drain(const DrainWorkers& drain) override {
     absl::MutexLock lock(&mu_);
     calls_.push_back(drain);
+    if (drain.scope == DrainScope::kScaleDown) {
+      DrainProgress progress{scale_down_complete_, ""};
+      for (const std::string& address : drain.worker_addresses) {
+        progress.workers[address] = WorkerDrainVerdict{scale_down_complete_, scale_down_complete_ ? "drained" : "busy"};
+      }
+      return progress;
+    }
     return DrainProgress{complete_, complete_ ? "drained" : "1 worker busy"};
   }
   void Complete() {
     absl::MutexLock lock(&mu_);
     complete_ = true;
   }
-  std::vector<DrainWorkers> calls() {
+  void CompleteScaleDown() {
     absl::MutexLock lock(&mu_);
-    return calls_;
+    scale_down_complete_ = true;
+  }
+  std::vector<DrainWorkers> calls(std::optional<DrainScope> scope = std::nullopt) {
+    absl::MutexLock lock(&mu_);
+    std::vector<DrainWorkers> out;
+    for (const DrainWorkers& d : calls_) {
+      if (!scope.has_value() || d.scope == *scope) out.push_back(d);
+    }
+    return out;
   }
 
  private:
   absl::Mutex mu_;
   bool complete_ ABSL_GUARDED_BY(mu_) = false;
+  bool scale_down_complete_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<DrainWorkers> calls_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -166,6 +185,7 @@ TEST_CASE("the controller runs a Hybrid DataService against an API server", "[co
   options.workers = 1;
   options.drainer = &drainer;
   options.reconcile.drain_poll_interval = absl::Milliseconds(100);
+  options.reconcile.scale_down_drain_timeout = absl::Minutes(10);  // never reached here
   options.resync_period = absl::Hours(1);  // only events drive reconciles here
   options.log = [&](absl::string_view line) {
     absl::MutexLock lock(&log_mu);
@@ -236,10 +256,28 @@ TEST_CASE("the controller runs a Hybrid DataService against an API server", "[co
     REQUIRE(WaitFor([&] { return condition(get_ds(), "Ready") == "True"; }));
     CHECK(get_ds()["status"]["readyReplicas"] == 4);
 
-    // HPA-style scale-down through the scale subresource: the remote worker goes first.
+    // HPA-style scale-down through the scale subresource: the remote worker goes first. The two
+    // pods removed are drained through the dispatcher first: kept (not counted) until drained.
     REQUIRE(client.Patch(DataServices(), "ml", "ds", kube::PatchType::kMerge, json{{"spec", {{"replicas", 2}}}}, {},
                          "scale").ok());
-    REQUIRE(WaitFor([&] { return worker_pods().size() == 2 && get_ds()["status"].value("replicas", 0) == 2; }));
+    REQUIRE(WaitFor([&] { return drainer.calls(DrainScope::kScaleDown).size() >= 2; }));
+    DrainWorkers scale_down = drainer.calls(DrainScope::kScaleDown)[0];
+    CHECK(scale_down.workers.size() == 2);
+    CHECK(scale_down.worker_uids.size() == 2);
+    CHECK(scale_down.worker_addresses == std::vector<std::string>{"127.0.0.2:5051", "127.0.0.2:5051"});
+    CHECK(scale_down.dispatcher_endpoint == "127.0.0.2:5050");
+    CHECK(std::count(scale_down.workers.begin(), scale_down.workers.end(), "ds-worker-remote-0") == 1);
+    REQUIRE(WaitFor([&] {
+      json s = get_ds()["status"];
+      return s.value("replicas", 0) == 2 && s.value("drainingReplicas", 0) == 2;
+    }));
+    CHECK(worker_pods().size() == 4);  // still there while they drain
+    CHECK(client.Get(kube::resources::Pods(), "ml", "ds-worker-remote-0").ok());
+    drainer.CompleteScaleDown();
+    REQUIRE(WaitFor([&] {
+      return worker_pods().size() == 2 && get_ds()["status"].value("replicas", 0) == 2 &&
+             get_ds()["status"].value("drainingReplicas", -1) == 0;
+    }));
     for (const json& p : worker_pods()) CHECK(p["metadata"]["labels"]["sluice.dev/placement"] == "local");
 
     // Events were recorded for the creates and the scale.
@@ -250,14 +288,16 @@ TEST_CASE("the controller runs a Hybrid DataService against an API server", "[co
     CHECK(reasons.count("ScalingUp") == 1);  // names the workers it creates
     CHECK(reasons.count("CreatedDispatcher") == 1);
     CHECK(reasons.count("ScalingDown") == 1);
-    CHECK(reasons.count("DeletedWorker") == 1);
+    CHECK(reasons.count("DrainingWorker") == 1);  // names both pods
+    CHECK(reasons.count("DrainedWorker") == 1);
+    CHECK(reasons.count("DeletedWorker") == 0);
 
     // Deletion: the DataService stays (finalizer) while the drain runs, polled through the drainer
     // at the dispatcher pod's address; once drained the finalizer goes and garbage collection follows.
     REQUIRE(client.Delete(DataServices(), "ml", "ds").ok());
-    REQUIRE(WaitFor([&] { return drainer.calls().size() >= 2; }));
+    REQUIRE(WaitFor([&] { return drainer.calls(DrainScope::kDataService).size() >= 2; }));
     CHECK(get_ds()["metadata"].contains("deletionTimestamp"));
-    DrainWorkers first = drainer.calls()[0];
+    DrainWorkers first = drainer.calls(DrainScope::kDataService)[0];
     CHECK(first.dispatcher_endpoint == "127.0.0.2:5050");
     CHECK(first.dispatcher_address == "ds-dispatcher.ml.svc:5050");
     CHECK(first.workers.size() == 2);

@@ -234,6 +234,7 @@ DataServiceStatus ParseDataServiceStatus(const json& object) {
   r.Int(*s, path, "localReplicas", &status.local_replicas);
   r.Int(*s, path, "remoteReplicas", &status.remote_replicas);
   r.Int(*s, path, "localCapacity", &status.local_capacity);
+  r.Int(*s, path, "drainingReplicas", &status.draining_replicas);
   r.String(*s, path, "selector", &status.selector);
   if (const json* ao = r.Object(*s, path, "autoOrder")) {
     AutoOrderStatus a;
@@ -647,6 +648,7 @@ json StatusToJson(const DataServiceStatus& status) {
       {"localReplicas", status.local_replicas},
       {"remoteReplicas", status.remote_replicas},
       {"localCapacity", status.local_capacity},
+      {"drainingReplicas", status.draining_replicas},
       {"selector", status.selector},
   };
   if (!status.dispatcher_address.empty()) out["dispatcherAddress"] = status.dispatcher_address;

@@ -209,6 +209,9 @@ struct DataServiceStatus {
   int64_t local_replicas = 0;
   int64_t remote_replicas = 0;
   int64_t local_capacity = 0;
+  // Worker pods a scale-down is draining through the dispatcher before deleting them (not counted
+  // in replicas and the other counts).
+  int64_t draining_replicas = 0;
   std::string selector;
   std::optional<AutoOrderStatus> auto_order;
 

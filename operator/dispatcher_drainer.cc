@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "dataservice.grpc.pb.h"
+#include "local/worker_drain.h"
 
 namespace sluice::op {
 namespace {
@@ -64,6 +65,32 @@ DrainProgress EvaluateDrain(const service::GetStateResponse& state) {
   return progress;
 }
 
+DrainProgress EvaluateWorkersDrain(const service::GetStateResponse& state, const std::vector<std::string>& addresses) {
+  DrainProgress progress;
+  std::vector<std::string> waiting, drained;
+  for (const std::string& address : addresses) {
+    local::WorkerDrainStatus verdict = local::EvaluateWorkerDrain(state, address);
+    (verdict.drained ? drained : waiting).push_back(absl::StrCat(address, " (", verdict.reason, ")"));
+    progress.workers[address] = WorkerDrainVerdict{verdict.drained, std::move(verdict.reason)};
+  }
+  progress.complete = waiting.empty();
+  const size_t total = progress.workers.size();
+  if (progress.complete) {
+    size_t shown = std::min(drained.size(), kMaxNamedItems);
+    progress.message = absl::StrCat(
+        "the dispatcher reports ", total, total == 1 ? " worker" : " workers", " drained: ",
+        absl::StrJoin(drained.begin(), drained.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+        drained.size() > shown ? absl::StrCat(" and ", drained.size() - shown, " more") : "");
+  } else {
+    size_t shown = std::min(waiting.size(), kMaxNamedItems);
+    progress.message = absl::StrCat(
+        "waiting for ", waiting.size(), " of ", total, " workers: ",
+        absl::StrJoin(waiting.begin(), waiting.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+        waiting.size() > shown ? absl::StrCat(" and ", waiting.size() - shown, " more") : "");
+  }
+  return progress;
+}
+
 absl::StatusOr<DrainProgress> GrpcWorkerDrainer::Drain(const DrainWorkers& drain) {
   const std::string target = drain.dispatcher_endpoint.empty() ? drain.dispatcher_address : drain.dispatcher_endpoint;
   if (target.empty()) return absl::InvalidArgumentError("the DrainWorkers action names no dispatcher address");
@@ -75,8 +102,16 @@ absl::StatusOr<DrainProgress> GrpcWorkerDrainer::Drain(const DrainWorkers& drain
   if (!channel.ok()) return channel.status();
   std::unique_ptr<service::Dispatcher::Stub> stub = service::Dispatcher::NewStub(*channel);
 
-  service::DrainWorkersRequest request;  // every worker of this dispatcher: the whole DataService goes
-  request.set_all_workers(true);
+  const bool scale_down = drain.scope == DrainScope::kScaleDown;
+  service::DrainWorkersRequest request;
+  if (scale_down) {  // exactly the workers a scale-down removes
+    if (drain.worker_addresses.empty()) {
+      return absl::InvalidArgumentError("the scale-down DrainWorkers action names no worker address");
+    }
+    for (const std::string& address : drain.worker_addresses) request.add_worker_addresses(address);
+  } else {  // every worker of this dispatcher: the whole DataService goes
+    request.set_all_workers(true);
+  }
   service::DrainWorkersResponse drained;
   {
     grpc::ClientContext context;
@@ -98,7 +133,7 @@ absl::StatusOr<DrainProgress> GrpcWorkerDrainer::Drain(const DrainWorkers& drain
       return absl::Status(status.code(), absl::StrCat("GetState at dispatcher ", target, ": ", status.message()));
     }
   }
-  return EvaluateDrain(state);
+  return scale_down ? EvaluateWorkersDrain(state, drain.worker_addresses) : EvaluateDrain(state);
 }
 
 }  // namespace sluice::op

@@ -1,12 +1,19 @@
 // Draining a DataService's workers before it is deleted, through the dispatcher's RPC interface
 // (proto/dataservice.proto, service Dispatcher) — the only way the operator reaches the data plane.
 //
-// One drain round: DrainWorkers (every worker of the dispatcher: the whole DataService is going)
-// marks the workers draining, so they get no new tasks or splits; GetState then tells how far they
-// are. The drain is complete when every registered worker is draining and has no task left (its
-// jobs finished, or it deregistered) and no job still has clients attached (a finished job's
-// clients may still be reading what the workers buffered); EvaluateDrain decides that, purely. The controller runs one
-// round per reconcile of a deleted DataService until it is complete or the drain timeout passes.
+// One drain round: DrainWorkers marks the workers draining, so they get no new tasks or splits and
+// hand their input back; GetState then tells how far they are.
+//  - DrainScope::kDataService (the whole DataService is going): every worker of the dispatcher.
+//    The drain is complete when every registered worker is draining and has no task left (its
+//    jobs finished, or it deregistered) and no job still has clients attached (a finished job's
+//    clients may still be reading what the workers buffered); EvaluateDrain decides that, purely.
+//    The controller runs one round per reconcile of a deleted DataService until it is complete or
+//    the drain timeout passes.
+//  - DrainScope::kScaleDown (worker pods a scale-down removes): exactly the addresses named. Each
+//    gets the dispatcher's delivery-confirmed verdict (local/worker_drain.h, the rule `sluice up`
+//    stops its workers by): drained when no longer registered, draining with no task, or draining
+//    and `drained` (clients received all it produced, it holds no split). The round is complete
+//    when every named worker drained.
 //
 // Threading: EvaluateDrain is pure. GrpcWorkerDrainer is thread-safe (no shared mutable state; each
 // round opens its own channel) and blocks for at most two RPC deadlines.
@@ -14,6 +21,7 @@
 #define SLUICE_OPERATOR_DISPATCHER_DRAINER_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -28,10 +36,14 @@ namespace sluice::op {
 // 10.0.0.7:5051 (2 tasks), job 4 'train' (2 clients reading)").
 DrainProgress EvaluateDrain(const service::GetStateResponse& state);
 
+// The verdict for each of `addresses` (kScaleDown); complete when every one drained.
+DrainProgress EvaluateWorkersDrain(const service::GetStateResponse& state, const std::vector<std::string>& addresses);
+
 class WorkerDrainer {
  public:
   virtual ~WorkerDrainer() = default;
-  // One drain round against the dispatcher named by `drain`. An error means the dispatcher could
+  // One drain round against the dispatcher named by `drain` (either scope; kScaleDown answers with
+  // DrainProgress::workers, one verdict per address named). An error means the dispatcher could
   // not be asked (unreachable, failed call); the caller retries on its next pass.
   virtual absl::StatusOr<DrainProgress> Drain(const DrainWorkers& drain) = 0;
 };

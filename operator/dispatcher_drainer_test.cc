@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -87,6 +88,19 @@ class FakeDispatcher final : public service::Dispatcher::Service {
     absl::MutexLock lock(&mu_);
     *state_.add_workers() = Worker(address, false, tasks);
   }
+  // The dispatcher's verdict for a draining worker: clients received everything, no split held.
+  void ReportDrained(const std::string& address) {
+    absl::MutexLock lock(&mu_);
+    for (auto& w : *state_.mutable_workers()) {
+      if (w.address() == address && w.draining()) w.set_drained(true);
+    }
+  }
+  void SetBlocker(const std::string& address, const std::string& blocker) {
+    absl::MutexLock lock(&mu_);
+    for (auto& w : *state_.mutable_workers()) {
+      if (w.address() == address) w.set_drain_blocker(blocker);
+    }
+  }
   void FinishJobs() {
     absl::MutexLock lock(&mu_);
     for (auto& w : *state_.mutable_workers()) w.clear_task_ids();
@@ -104,7 +118,9 @@ class FakeDispatcher final : public service::Dispatcher::Service {
                             service::DrainWorkersResponse* response) override {
     absl::MutexLock lock(&mu_);
     drain_requests_.push_back(*request);
+    std::set<std::string> named(request->worker_addresses().begin(), request->worker_addresses().end());
     for (auto& w : *state_.mutable_workers()) {
+      if (!request->all_workers() && !named.count(w.address())) continue;
       w.set_draining(true);
       response->add_drained(w.address());
     }
@@ -183,6 +199,74 @@ TEST_CASE("GrpcWorkerDrainer drains every worker of the dispatcher and reports t
     CHECK(r.status().code() == absl::StatusCode::kUnavailable);
     CHECK(absl::StrContains(r.status().message(), absl::StrCat("GetState at dispatcher ", server.address())));
   }
+}
+
+TEST_CASE("EvaluateWorkersDrain: the dispatcher's verdict per worker a scale-down drains") {
+  service::GetStateResponse state;
+  *state.add_workers() = Worker("10.0.0.2:5051", true, 1);  // draining, verdict pending
+  state.mutable_workers(0)->set_drain_blocker("12 elements produced and not yet received by clients");
+  *state.add_workers() = Worker("10.0.0.3:5051", true, 1);  // draining and drained
+  state.mutable_workers(1)->set_drained(true);
+  *state.add_workers() = Worker("10.0.0.4:5051", false, 1);  // not draining yet
+  *state.add_workers() = Worker("10.0.0.5:5051", true, 0);  // draining, no task left
+
+  DrainProgress p = EvaluateWorkersDrain(state, {"10.0.0.2:5051", "10.0.0.3:5051", "10.0.0.4:5051", "10.0.0.5:5051",
+                                                 "10.0.0.9:5051"});
+  CHECK(!p.complete);
+  REQUIRE(p.workers.size() == 5);
+  CHECK(!p.workers.at("10.0.0.2:5051").drained);
+  CHECK(p.workers.at("10.0.0.2:5051").message ==
+        "draining, 1 task: 12 elements produced and not yet received by clients");
+  CHECK(p.workers.at("10.0.0.3:5051").drained);
+  CHECK(!p.workers.at("10.0.0.4:5051").drained);
+  CHECK(p.workers.at("10.0.0.5:5051").drained);
+  CHECK(p.workers.at("10.0.0.9:5051").drained);  // no longer registered: nothing left to drain
+  CHECK(p.workers.at("10.0.0.9:5051").message == "no longer registered with the dispatcher");
+  CHECK(absl::StartsWith(p.message, "waiting for 2 of 5 workers: 10.0.0.2:5051 (draining, 1 task: 12 elements"));
+
+  DrainProgress done = EvaluateWorkersDrain(state, {"10.0.0.3:5051", "10.0.0.5:5051"});
+  CHECK(done.complete);
+  CHECK(done.message ==
+        "the dispatcher reports 2 workers drained: 10.0.0.3:5051 (draining, 1 task drained: clients received all it "
+        "produced and it holds no split), 10.0.0.5:5051 (draining, no task left)");
+}
+
+TEST_CASE("GrpcWorkerDrainer, scale-down: drains exactly the workers named and reports each one's verdict") {
+  FakeDispatcherServer server;
+  server.service().AddWorker("10.0.0.2:5051", 1);
+  server.service().AddWorker("10.0.0.3:5051", 1);
+  server.service().SetBlocker("10.0.0.3:5051", "3 splits not finished");
+  GrpcWorkerDrainer drainer(GrpcWorkerDrainerOptions{});
+  DrainWorkers drain;
+  drain.scope = DrainScope::kScaleDown;
+  drain.dispatcher_address = "ds-dispatcher.ml.svc:5050";
+  drain.dispatcher_endpoint = server.address();
+  drain.workers = {"ds-worker-remote-1"};
+  drain.worker_uids = {"uid-1"};
+  drain.worker_addresses = {"10.0.0.3:5051"};
+
+  absl::StatusOr<DrainProgress> first = drainer.Drain(drain);
+  REQUIRE(first.ok());
+  CHECK(!first->complete);
+  REQUIRE(first->workers.count("10.0.0.3:5051") == 1);
+  CHECK(!first->workers.at("10.0.0.3:5051").drained);
+  CHECK(first->workers.at("10.0.0.3:5051").message == "draining, 1 task: 3 splits not finished");
+  REQUIRE(server.service().drain_requests().size() == 1);
+  const service::DrainWorkersRequest sent = server.service().drain_requests()[0];
+  CHECK(!sent.all_workers());
+  REQUIRE(sent.worker_addresses_size() == 1);
+  CHECK(sent.worker_addresses(0) == "10.0.0.3:5051");
+
+  server.service().SetBlocker("10.0.0.3:5051", "");
+  server.service().ReportDrained("10.0.0.3:5051");
+  absl::StatusOr<DrainProgress> second = drainer.Drain(drain);
+  REQUIRE(second.ok());
+  CHECK(second->complete);
+  CHECK(second->workers.at("10.0.0.3:5051").drained);
+
+  DrainWorkers empty = drain;
+  empty.worker_addresses.clear();
+  CHECK(drainer.Drain(empty).status().code() == absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("GrpcWorkerDrainer: bad targets are errors, never hangs") {
@@ -278,6 +362,39 @@ TEST_CASE("GrpcWorkerDrainer against the real sluice-dispatcher", "[integration]
   REQUIRE(stub->GetState(&context, service::GetStateRequest(), &state).ok());
   REQUIRE(state.workers_size() == 2);
   for (const auto& w : state.workers()) CHECK(w.draining());
+}
+
+TEST_CASE("GrpcWorkerDrainer, scale-down, against the real sluice-dispatcher: only the named worker drains",
+          "[integration]") {
+  DispatcherProcess dispatcher;
+  auto channel = grpc::CreateChannel(dispatcher.address(), grpc::InsecureChannelCredentials());
+  auto stub = service::Dispatcher::NewStub(channel);
+  for (const char* address : {"127.0.0.1:7001", "127.0.0.1:7002"}) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    service::WorkerHeartbeatRequest heartbeat;
+    heartbeat.set_worker_address(address);
+    heartbeat.set_worker_host("127.0.0.1");
+    service::WorkerHeartbeatResponse response;
+    REQUIRE(stub->WorkerHeartbeat(&context, heartbeat, &response).ok());
+  }
+  GrpcWorkerDrainer drainer(GrpcWorkerDrainerOptions{});
+  DrainWorkers drain;
+  drain.scope = DrainScope::kScaleDown;
+  drain.dispatcher_endpoint = dispatcher.address();
+  drain.workers = {"w-2"};
+  drain.worker_uids = {"uid-2"};
+  drain.worker_addresses = {"127.0.0.1:7002"};
+  absl::StatusOr<DrainProgress> progress = drainer.Drain(drain);
+  REQUIRE(progress.ok());
+  CHECK(progress->complete);  // no jobs: drained at once
+  CHECK(progress->workers.at("127.0.0.1:7002").message == "draining, no task left");
+
+  grpc::ClientContext context;
+  service::GetStateResponse state;
+  REQUIRE(stub->GetState(&context, service::GetStateRequest(), &state).ok());
+  REQUIRE(state.workers_size() == 2);
+  for (const auto& w : state.workers()) CHECK(w.draining() == (w.address() == "127.0.0.1:7002"));
 }
 #endif
 

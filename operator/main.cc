@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
   options.status_coalesce_window = absl::Seconds(flags.status_coalesce_seconds);
   options.reconcile.drain_timeout = absl::Seconds(flags.drain_timeout_seconds);
   options.reconcile.drain_poll_interval = absl::Seconds(flags.drain_poll_seconds);
+  options.reconcile.scale_down_drain_timeout = absl::Seconds(flags.scale_down_drain_timeout_seconds);
   options.metrics = &metrics;
   sluice::op::GrpcWorkerDrainerOptions drain_options;
   drain_options.tls.ca_file = flags.dispatcher_tls_ca;

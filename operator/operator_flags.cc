@@ -31,6 +31,10 @@ void AddOperatorFlags(CLI::App& app, OperatorFlags& f) {
       ->check(CLI::PositiveNumber);
   app.add_option("--drain-poll-seconds", f.drain_poll_seconds, "ask the dispatcher about a drain this often")
       ->check(CLI::PositiveNumber);
+  app.add_option("--scale-down-drain-timeout-seconds", f.scale_down_drain_timeout_seconds,
+                 "drain a worker pod a scale-down removes through the dispatcher for at most this long before "
+                 "deleting it (0: delete at once; the pod then hands its input back on SIGTERM)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--drain-rpc-timeout-seconds", f.drain_rpc_timeout_seconds, "deadline of each call to a dispatcher")
       ->check(CLI::PositiveNumber);
   app.add_option("--dispatcher-tls-ca", f.dispatcher_tls_ca, "PEM CA that dispatchers' certificates chain to (enables TLS)");
@@ -96,6 +100,11 @@ absl::Status ValidateOperatorFlags(const OperatorFlags& f) {
     return absl::InvalidArgumentError(absl::StrCat("--drain-poll-seconds (", f.drain_poll_seconds,
                                                    ") must not exceed --drain-timeout-seconds (",
                                                    f.drain_timeout_seconds, ")"));
+  }
+  if (f.scale_down_drain_timeout_seconds > 0 && f.drain_poll_seconds > f.scale_down_drain_timeout_seconds) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--drain-poll-seconds (", f.drain_poll_seconds, ") must not exceed --scale-down-drain-timeout-seconds (",
+        f.scale_down_drain_timeout_seconds, "); raise the timeout, or set it to 0 to delete scaled-down pods at once"));
   }
   if (auto m = ParseListenAddress(f.metrics_address, "--metrics-address"); !m.ok()) return m.status();
   if (auto h = ParseListenAddress(f.health_address, "--health-address"); !h.ok()) return h.status();

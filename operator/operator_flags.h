@@ -26,10 +26,13 @@ struct OperatorFlags {
   double sync_timeout_seconds = 60;
   double expectations_timeout_seconds = 300;
   double status_coalesce_seconds = 2;  // count-only status changes: at most one write per window
-  // Deletion: draining workers through the dispatcher.
+  // Draining workers through the dispatcher (DataService deletion, scale-down).
   double drain_timeout_seconds = 600;
   double drain_poll_seconds = 5;
   double drain_rpc_timeout_seconds = 5;
+  // Scale-down: drain each worker pod removed through the dispatcher for at most this long before
+  // deleting it; 0 deletes at once (each pod then relies on its SIGTERM hand-back).
+  double scale_down_drain_timeout_seconds = 120;
   std::string dispatcher_tls_ca;
   std::string dispatcher_tls_cert;
   std::string dispatcher_tls_key;

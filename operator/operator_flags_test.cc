@@ -28,11 +28,13 @@ TEST_CASE("operator flags: defaults are valid and aliases reach the same fields"
   CHECK(defaults.metrics_address == ":8080");
   CHECK(defaults.health_address == ":8081");
   CHECK(!defaults.leader_elect);
+  CHECK(defaults.scale_down_drain_timeout_seconds == 120);
 
   OperatorFlags f;
   REQUIRE(Parse({"--watch-namespace=ml", "--workers=4", "--leader-elect", "--lease-namespace=ops",
                  "--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=off", "--kube-qps=0",
-                 "--log-level=debug", "--drain-poll-seconds=0.5", "--status-coalesce-seconds=0"},
+                 "--log-level=debug", "--drain-poll-seconds=0.5", "--status-coalesce-seconds=0",
+                 "--scale-down-drain-timeout-seconds=30"},
                 &f) == "");
   CHECK(f.watch_namespace == "ml");
   CHECK(f.concurrency == 4);
@@ -43,7 +45,11 @@ TEST_CASE("operator flags: defaults are valid and aliases reach the same fields"
   CHECK(f.kube_qps == 0);
   CHECK(f.drain_poll_seconds == 0.5);
   CHECK(f.status_coalesce_seconds == 0);
+  CHECK(f.scale_down_drain_timeout_seconds == 30);
   CHECK(ValidateOperatorFlags(f).ok());
+  OperatorFlags off;  // 0: scale-downs delete at once
+  REQUIRE(Parse({"--scale-down-drain-timeout-seconds=0"}, &off) == "");
+  CHECK(ValidateOperatorFlags(off).ok());
 
   OperatorFlags g;
   REQUIRE(Parse({"--leader-elect=false", "--namespace", "a", "--concurrency", "3"}, &g) == "");
@@ -56,6 +62,7 @@ TEST_CASE("operator flags: CLI11 rejects out-of-range numbers") {
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"--concurrency=0"}, {"--concurrency=65"}, {"--kube-qps=-1"}, {"--drain-timeout-seconds=0"},
            {"--lease-duration-seconds=-3"}, {"--resync-seconds=abc"}, {"--status-coalesce-seconds=-1"},
+           {"--scale-down-drain-timeout-seconds=-1"}, {"--scale-down-drain-timeout-seconds=soon"},
            {"--no-such-flag"}}) {
     OperatorFlags f;
     INFO(args[0]);
@@ -91,6 +98,13 @@ TEST_CASE("operator flags: cross-flag checks name the flags") {
   f = OperatorFlags();
   f.drain_poll_seconds = 700;
   CHECK(error(f).find("--drain-poll-seconds (700)") != std::string::npos);
+  f = OperatorFlags();
+  f.drain_poll_seconds = 60;
+  f.scale_down_drain_timeout_seconds = 30;
+  CHECK(error(f).find("--drain-poll-seconds (60) must not exceed --scale-down-drain-timeout-seconds (30)") !=
+        std::string::npos);
+  f.scale_down_drain_timeout_seconds = 0;  // off: the poll interval does not matter to it
+  CHECK(error(f).empty());
 
   f = OperatorFlags();
   f.metrics_address = "localhost";

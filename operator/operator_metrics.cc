@@ -71,6 +71,13 @@ OperatorMetrics::OperatorMetrics()
                       .Register(*registry_)),
       drain_ok_(drain_rpcs_.Add({{"result", "success"}})),
       drain_failed_(drain_rpcs_.Add({{"result", "error"}})),
+      scale_down_drains_(prometheus::BuildCounter()
+                             .Name("sluice_operator_scale_down_drains_total")
+                             .Help("Worker pods deleted after a scale-down drain, by outcome (drained, or "
+                                   "timed_out: deleted undrained at --scale-down-drain-timeout-seconds)")
+                             .Register(*registry_)),
+      scale_down_drained_(scale_down_drains_.Add({{"outcome", "drained"}})),
+      scale_down_timed_out_(scale_down_drains_.Add({{"outcome", "timed_out"}})),
       leader_(prometheus::BuildGauge()
                   .Name("sluice_operator_leader")
                   .Help("1 while this replica reconciles (holds the leader Lease, or runs without election)")
@@ -92,6 +99,9 @@ void OperatorMetrics::CountApiError(const std::string& operation) {
 }
 
 void OperatorMetrics::CountDrainRpc(bool ok) { (ok ? drain_ok_ : drain_failed_).Increment(); }
+void OperatorMetrics::CountScaleDownDrain(bool drained) {
+  (drained ? scale_down_drained_ : scale_down_timed_out_).Increment();
+}
 
 void OperatorMetrics::SetLeader(bool leader) { leader_.Set(leader ? 1 : 0); }
 

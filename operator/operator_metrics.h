@@ -9,6 +9,7 @@
 //   sluice_operator_relists_total{resource}                     lists after the first (410 Gone, errors)
 //   sluice_operator_api_errors_total{operation}                 failed API calls while executing actions
 //   sluice_operator_drain_rpcs_total{result="success|error"}    DrainWorkers/GetState rounds with a dispatcher
+//   sluice_operator_scale_down_drains_total{outcome="drained|timed_out"}  worker pods deleted after a scale-down drain
 //   sluice_operator_leader                                      1 while this replica acts (leader or no election)
 //
 // Gauges and the per-resource counters that mirror other objects' counters (queue, reflectors) are
@@ -52,6 +53,8 @@ class OperatorMetrics {
   void ObserveReconcile(absl::Duration latency, bool ok);
   void CountApiError(const std::string& operation);
   void CountDrainRpc(bool ok);
+  // A worker pod deleted after its scale-down drain: drained, or at the drain deadline.
+  void CountScaleDownDrain(bool drained);
   void SetLeader(bool leader);
 
   // Sources read at collection time. Registering a resource twice replaces its sources.
@@ -82,6 +85,9 @@ class OperatorMetrics {
   prometheus::Family<prometheus::Counter>& drain_rpcs_;
   prometheus::Counter& drain_ok_;
   prometheus::Counter& drain_failed_;
+  prometheus::Family<prometheus::Counter>& scale_down_drains_;
+  prometheus::Counter& scale_down_drained_;
+  prometheus::Counter& scale_down_timed_out_;
   prometheus::Gauge& leader_;
 
   struct ReflectorSource {

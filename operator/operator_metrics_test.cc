@@ -28,6 +28,9 @@ TEST_CASE("operator metrics: reconciles, errors and latency") {
   m.ObserveReconcile(absl::Seconds(2), false);
   m.CountApiError("create");
   m.CountDrainRpc(false);
+  m.CountScaleDownDrain(true);
+  m.CountScaleDownDrain(true);
+  m.CountScaleDownDrain(false);
   m.SetLeader(true);
   CHECK(m.reconciles() == 3);
   CHECK(m.reconcile_errors() == 1);
@@ -42,6 +45,8 @@ TEST_CASE("operator metrics: reconciles, errors and latency") {
   CHECK(Has(text, "sluice_operator_reconcile_duration_seconds_bucket{le=\"+Inf\"} 3"));
   CHECK(Has(text, "sluice_operator_api_errors_total{operation=\"create\"} 1"));
   CHECK(Has(text, "sluice_operator_drain_rpcs_total{result=\"error\"} 1"));
+  CHECK(Has(text, "sluice_operator_scale_down_drains_total{outcome=\"drained\"} 2"));
+  CHECK(Has(text, "sluice_operator_scale_down_drains_total{outcome=\"timed_out\"} 1"));
   CHECK(Has(text, "sluice_operator_leader 1"));
 }
 

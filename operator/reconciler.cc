@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "operator/capacity_input.h"
+#include "operator/event_notes.h"
 #include "operator/manifests.h"
 
 namespace sluice::op {
@@ -48,10 +49,12 @@ struct WorkerCounts {
   int64_t active = 0, ready = 0, local = 0, remote = 0;
 };
 
-WorkerCounts CountWorkers(const std::vector<const ObservedPod*>& pods, const DataService& ds) {
+// `excluded`: pods a scale-down is draining (leaving, so not counted).
+WorkerCounts CountWorkers(const std::vector<const ObservedPod*>& pods, const DataService& ds,
+                          const std::set<std::string>& excluded = {}) {
   WorkerCounts c;
   for (const ObservedPod* p : pods) {
-    if (!IsWorker(*p) || !Active(*p)) continue;
+    if (!IsWorker(*p) || !Active(*p) || excluded.count(p->name)) continue;
     ++c.active;
     if (p->ready) ++c.ready;
     auto place = p->labels.find(kLabelPlacement);
@@ -255,6 +258,13 @@ class Planner {
   void PlanDispatcher();
   void PlanWorkers();
   void Delete(const WorkerPod& w, const std::string& reason, std::set<std::string>* deleted);
+  // A scale-down's removal: drained through the dispatcher first when it can be (CanDrain), else
+  // deleted at once.
+  void Remove(const WorkerPod& w, const std::string& reason, std::set<std::string>* deleted);
+  bool DispatcherServing() const;
+  bool CanDrain(const WorkerPod& w) const;
+  // The scale-down drains of this pass: those that go on (or start) get one DrainWorkers action.
+  void PlanDrains();
   std::string FreeName(Pool pool);
   DataServiceStatus BuildStatus() const;
 
@@ -270,6 +280,15 @@ class Planner {
   std::vector<WorkerPod> finished_;      // Succeeded/Failed, not yet deleted
   std::set<std::string> taken_names_;    // every owned pod name, pending creates, names created now
   std::vector<Action> object_actions_;   // creates and deletes, emitted after the scale event
+  // Scale-down drains: pods in in_.pod_drains (started by earlier passes), the names of every pod
+  // draining (those and the ones starting now), the ones kept this pass (neither drained nor timed
+  // out), the ones starting now (with their reasons), and those deleted after their drain.
+  std::vector<WorkerPod> draining_;
+  std::set<std::string> draining_names_;
+  std::vector<WorkerPod> drain_kept_;
+  std::vector<std::pair<WorkerPod, std::string>> new_drains_;
+  int64_t drain_ended_ = 0;
+  std::optional<DrainWorkers> drain_action_;
 };
 
 ReconcileResult Planner::Run() {
@@ -303,6 +322,12 @@ ReconcileResult Planner::Run() {
     if (p->terminating) continue;
     (p->Finished() ? finished_ : workers_).push_back(w);
   }
+  for (const WorkerPod& w : workers_) {
+    if (in_.pod_drains.count(w.pod->uid)) {
+      draining_.push_back(w);
+      draining_names_.insert(w.pod->name);
+    }
+  }
   for (const ObservedService& s : in_.owned_services) {
     if (s.name == DispatcherServiceName(ds_) && OwnedBy(s.controller_uid, ds_.metadata)) service_ = &s;
   }
@@ -326,6 +351,7 @@ ReconcileResult Planner::Run() {
     PlanWorkers();
   }
   for (Action& a : object_actions_) result_.actions.push_back(std::move(a));
+  if (drain_action_.has_value()) result_.actions.push_back(*std::move(drain_action_));
   // AutoOrder: once the dispatcher pod serves, ask it what it did to the pipeline (once per pod).
   if (ds_.spec.auto_order.enabled && dispatcher_ != nullptr && Active(*dispatcher_) && dispatcher_->ready &&
       !dispatcher_->pod_ip.empty() && (!in_.auto_order.has_value() || in_.auto_order->dispatcher_uid != dispatcher_->uid)) {
@@ -443,6 +469,63 @@ void Planner::Delete(const WorkerPod& w, const std::string& reason, std::set<std
             {w.pod->name})});
 }
 
+bool Planner::DispatcherServing() const {
+  return dispatcher_ != nullptr && Active(*dispatcher_) && dispatcher_->ready && !dispatcher_->pod_ip.empty();
+}
+
+bool Planner::CanDrain(const WorkerPod& w) const {
+  return in_.options.scale_down_drain_timeout > absl::ZeroDuration() && DispatcherServing() &&
+         w.pod->phase == "Running" && w.pod->ready && !w.pod->pod_ip.empty();
+}
+
+void Planner::Remove(const WorkerPod& w, const std::string& reason, std::set<std::string>* deleted) {
+  if (!CanDrain(w)) {
+    Delete(w, reason, deleted);
+    return;
+  }
+  deleted->insert(w.pod->name);
+  draining_names_.insert(w.pod->name);
+  new_drains_.emplace_back(w, reason);
+}
+
+void Planner::PlanDrains() {
+  const absl::Duration timeout = in_.options.scale_down_drain_timeout;
+  std::vector<std::pair<const WorkerPod*, absl::Time>> going;  // with each one's deadline
+  for (const WorkerPod& w : drain_kept_) going.emplace_back(&w, in_.pod_drains.at(w.pod->uid).started + timeout);
+  for (const auto& [w, reason] : new_drains_) going.emplace_back(&w, in_.now + timeout);
+  if (going.empty()) return;
+  if (!new_drains_.empty()) {
+    std::vector<EmitEvent> started;
+    for (const auto& [w, reason] : new_drains_) {
+      started.push_back(Event("Normal", "DrainingWorker", "Drain",
+                              absl::StrCat("draining worker pod{s} {} through the dispatcher, deleted once drained "
+                                           "(at most ", absl::FormatDuration(timeout), "): ", reason),
+                              {w.pod->name}));
+    }
+    for (EmitEvent& e : RenderEvents(started)) result_.actions.push_back(std::move(e));
+  }
+  // The dispatcher is asked again every round (idempotent; a dispatcher restarted without a
+  // journal forgot the drain). Without a serving dispatcher the drains wait for it or their deadline.
+  if (DispatcherServing()) {
+    DrainWorkers drain;
+    drain.scope = DrainScope::kScaleDown;
+    drain.dispatcher_address = DispatcherAddress(ds_);
+    drain.dispatcher_endpoint = absl::StrCat(dispatcher_->pod_ip, ":", ds_.spec.dispatcher.port);
+    for (const auto& [w, deadline] : going) {
+      auto known = in_.pod_drains.find(w->pod->uid);
+      drain.workers.push_back(w->pod->name);
+      drain.worker_uids.push_back(w->pod->uid);
+      drain.worker_addresses.push_back(known != in_.pod_drains.end() && !known->second.address.empty()
+                                           ? known->second.address
+                                           : absl::StrCat(w->pod->pod_ip, ":", ds_.spec.workers.port));
+    }
+    drain_action_ = std::move(drain);
+  }
+  absl::Duration next = in_.options.drain_poll_interval;
+  for (const auto& [w, deadline] : going) next = std::min(next, std::max(deadline - in_.now, absl::ZeroDuration()));
+  result_.requeue_after = std::min(result_.requeue_after.value_or(absl::InfiniteDuration()), next);
+}
+
 std::string Planner::FreeName(Pool pool) {
   std::set<std::string> listed(ds_.spec.workers.workers_to_delete.begin(), ds_.spec.workers.workers_to_delete.end());
   for (int64_t ordinal = 0;; ++ordinal) {
@@ -466,13 +549,49 @@ void Planner::PlanWorkers() {
     }
     return out;
   };
-  // Worker counts before this pass (pods that ended count: replacing them is not scaling).
+  // Worker counts before this pass (pods that ended count: replacing them is not scaling; pods
+  // being drained do not: they already left).
   int64_t before_total = 0;
   int64_t before_local = 0;
   for (const std::vector<WorkerPod>* list : {&workers_, &finished_}) {
     for (const WorkerPod& w : *list) {
+      if (list == &workers_ && draining_names_.count(w.pod->name)) continue;
       ++before_total;
       before_local += w.pool == Pool::kLocal;
+    }
+  }
+
+  // 0. Pods a scale-down is draining leave whatever the spec says now (a drain cannot be undone;
+  //    if more workers are wanted again, new pods are created): each is deleted once the dispatcher
+  //    reports it drained, or once its drain timed out (it then hands its input back on SIGTERM).
+  for (const WorkerPod& w : draining_) {
+    deleted.insert(w.pod->name);
+    const PodDrain& drain = in_.pod_drains.at(w.pod->uid);
+    const std::string pool = PoolName(w.pool);
+    if (drain.answered && drain.drained) {
+      ++drain_ended_;
+      object_actions_.push_back(DeleteObject{
+          "Pod", w.pod->name, w.pod->uid, absl::StrCat("drained through the dispatcher: ", drain.message),
+          Event("Normal", "DrainedWorker", "Delete",
+                absl::StrCat("deleted drained ", pool, " worker pod{s} {}: the dispatcher reports nothing left to "
+                             "deliver or hand back"),
+                {w.pod->name}),
+          "drained"});
+    } else if (in_.now >= drain.started + in_.options.scale_down_drain_timeout) {
+      ++drain_ended_;
+      const std::string timeout = absl::FormatDuration(in_.options.scale_down_drain_timeout);
+      object_actions_.push_back(DeleteObject{
+          "Pod", w.pod->name, w.pod->uid,
+          absl::StrCat("not drained after ", timeout, drain.message.empty() ? "" : ": ", drain.message),
+          Event("Warning", "WorkerDrainTimedOut", "Delete",
+                absl::StrCat("deleted ", pool, " worker pod{s} {} not drained after ", timeout,
+                             drain.message.empty() ? "" : absl::StrCat(" (", drain.message, ")"),
+                             "; each falls back to the SIGTERM hand-back: splits go back at the readers' positions "
+                             "and what clients have not read within the pod's shutdown budget is lost"),
+                {w.pod->name}),
+          "timed_out"});
+    } else {
+      drain_kept_.push_back(w);
     }
   }
 
@@ -483,7 +602,9 @@ void Planner::PlanWorkers() {
   // 2. Pods the autoscaler named go first, whatever else happens.
   std::set<std::string> listed(spec.workers_to_delete.begin(), spec.workers_to_delete.end());
   for (const WorkerPod& w : workers_) {
-    if (listed.count(w.pod->name)) Delete(w, "listed in spec.workers.workersToDelete", &deleted);
+    if (listed.count(w.pod->name) && !deleted.count(w.pod->name)) {
+      Remove(w, "listed in spec.workers.workersToDelete", &deleted);
+    }
   }
   // Hybrid with the split left to the operator (no workers.local): the listed pods are the scale
   // down. Their pools keep what is left rather than being rebalanced in the same breath (which
@@ -505,7 +626,7 @@ void Planner::PlanWorkers() {
     if (excess <= 0) continue;
     std::sort(pods.begin(), pods.end(), DeleteFirst);
     for (int64_t i = 0; i < excess; ++i) {
-      Delete(pods[i],
+      Remove(pods[i],
              node.empty() ? std::string("the pod is not pinned to a consumer node")
                           : absl::StrCat("consumer node ", node, " has room for ", cap, " local workers now"),
              &deleted);
@@ -529,7 +650,7 @@ void Planner::PlanWorkers() {
         if (excess == 0) break;
         const int64_t target = w.pool == Pool::kLocal ? plan.desired_local : plan.desired_remote;
         if (w.pod->ready && left[w.pool] <= target) continue;
-        Delete(w,
+        Remove(w,
                absl::StrCat("scaling down to ", desired_total, w.pod->ready ? " workers" : " workers (not ready: first to go)"),
                &deleted);
         --left[w.pool];
@@ -546,7 +667,7 @@ void Planner::PlanWorkers() {
     if (excess <= 0) continue;
     std::sort(pods.begin(), pods.end(), DeleteFirst);
     for (int64_t i = 0; i < excess; ++i) {
-      Delete(pods[i], absl::StrCat("scaling the ", PoolName(pool), " workers down to ", target), &deleted);
+      Remove(pods[i], absl::StrCat("scaling the ", PoolName(pool), " workers down to ", target), &deleted);
     }
   }
   // 5. Rolling replacement of pods with an outdated template: not-ready ones at once, ready ones
@@ -630,6 +751,7 @@ void Planner::PlanWorkers() {
     }
   }
   for (Action& a : creates) object_actions_.push_back(std::move(a));
+  PlanDrains();
 }
 
 DataServiceStatus Planner::BuildStatus() const {
@@ -639,7 +761,8 @@ DataServiceStatus Planner::BuildStatus() const {
   status.dispatcher_address = DispatcherAddress(ds_);
   status.selector = WorkerSelector(ds_);
   status.local_capacity = result_.plan.capacity.total_workers;
-  ApplyCounts(CountWorkers(pods_, ds_), &status);
+  ApplyCounts(CountWorkers(pods_, ds_, draining_names_), &status);
+  status.draining_replicas = static_cast<int64_t>(draining_names_.size()) - drain_ended_;
   if (!ds_.spec.auto_order.enabled) {
     if (status.auto_order.has_value()) status.auto_order = AutoOrderStatus{"off", "unchanged", "", "", 0, 0, "spec.autoOrder.enabled is false"};
   } else if (in_.auto_order.has_value() && dispatcher_ != nullptr && in_.auto_order->dispatcher_uid == dispatcher_->uid) {
@@ -673,7 +796,7 @@ DataServiceStatus Planner::BuildStatus() const {
   // WorkersReady.
   const int64_t desired = result_.plan.desired_local + result_.plan.desired_remote;
   int64_t outdated = 0;
-  for (const WorkerPod& w : workers_) outdated += !w.up_to_date;
+  for (const WorkerPod& w : workers_) outdated += !w.up_to_date && !draining_names_.count(w.pod->name);
   Condition workers;
   if (outdated > 0) {
     workers = MakeCondition(kConditionWorkersReady, false, "RollingUpdate",
@@ -694,6 +817,10 @@ DataServiceStatus Planner::BuildStatus() const {
                       SchedulingProblem(*unschedulable[0]), ")");
     }
     workers = MakeCondition(kConditionWorkersReady, false, "WorkersNotReady", message, gen);
+  }
+  if (status.draining_replicas > 0) {
+    absl::StrAppend(&workers.message, "; ", status.draining_replicas,
+                    " draining through the dispatcher before deletion");
   }
   // Degraded.
   std::vector<std::string> failed;

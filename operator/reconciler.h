@@ -72,6 +72,8 @@ struct DeleteObject {
   std::string uid;
   std::string reason;  // why, for logs (the event carries it too)
   EmitEvent event;
+  // A worker pod deleted after a scale-down drain: "drained" or "timed_out" (for metrics); else "".
+  std::string drain_outcome = {};
 };
 
 // Write the operator-owned status fields through the status subresource (a merge patch of
@@ -91,15 +93,24 @@ struct RemoveFinalizer {
   std::string finalizer = kDrainFinalizer;
 };
 
-// Ask the dispatcher (through its RPC client) to drain its workers: stop handing them tasks and
-// splits and let them finish the jobs they serve. The controller reports progress back in
-// ReconcileInput::drain (the drain counts as complete when the dispatcher lists every worker as
-// draining with no tasks left).
+// Ask the dispatcher (through its RPC client) to drain workers: stop handing them tasks and splits,
+// make them hand back their input (unstarted splits whole, started ones at the reader's position)
+// and let their clients read what they buffered.
+//  - kDataService (the DataService is being deleted): every worker of the dispatcher. The
+//    controller reports progress back in ReconcileInput::drain (complete when the dispatcher lists
+//    every worker as draining with no tasks left and no job has clients).
+//  - kScaleDown (worker pods a scale-down removes): exactly `worker_addresses`. The controller
+//    reports each pod's verdict back in ReconcileInput::pod_drains; a pod is deleted once the
+//    dispatcher says it drained (or at ReconcileOptions::scale_down_drain_timeout).
+enum class DrainScope { kDataService, kScaleDown };
 struct DrainWorkers {
   std::string dispatcher_address;   // the Service address, status.dispatcherAddress (TLS name, fallback)
   std::string dispatcher_endpoint;  // the dispatcher pod's "podIP:port" (what the operator dials)
-  std::vector<std::string> workers;           // active worker pod names
+  std::vector<std::string> workers;           // worker pod names (kDataService: every active one)
   std::vector<std::string> worker_addresses;  // their advertised addresses "podIP:port" (pods with an IP)
+  DrainScope scope = DrainScope::kDataService;
+  // kScaleDown: the pods' uids, parallel to `workers` and `worker_addresses` (every pod has an IP).
+  std::vector<std::string> worker_uids = {};
 };
 
 // Ask the dispatcher (GetState, through its RPC client) what AutoOrder did to the DataService's
@@ -123,6 +134,11 @@ struct ReconcileOptions {
   absl::Duration drain_timeout = absl::Minutes(10);
   // How soon to look again while a drain is in progress.
   absl::Duration drain_poll_interval = absl::Seconds(5);
+  // A worker pod a scale-down removes is drained through the dispatcher first and deleted once
+  // drained, or after this long anyway (it then hands its input back on SIGTERM within its shutdown
+  // budget). Zero: scale-downs delete at once, without draining (the library's default; the
+  // sluice-operator flag --scale-down-drain-timeout-seconds defaults to 120 s).
+  absl::Duration scale_down_drain_timeout = absl::ZeroDuration();
 };
 
 // What a dispatcher pod answered to ReadAutoOrder.
@@ -131,10 +147,30 @@ struct ObservedAutoOrder {
   AutoOrderStatus status;
 };
 
+// What the dispatcher said about one worker a scale-down drains (local/worker_drain.h decides it).
+struct WorkerDrainVerdict {
+  bool drained = false;
+  std::string message;  // "draining, 1 task: 12 elements produced and not yet received by clients"
+};
+
 // Progress of a drain the controller started after a DrainWorkers action.
 struct DrainProgress {
   bool complete = false;
   std::string message;
+  // kScaleDown: the verdict per worker address named (complete when every one drained).
+  std::map<std::string, WorkerDrainVerdict> workers = {};
+};
+
+// A worker pod a scale-down is draining, as the controller remembers it. Memory only: an operator
+// restart forgets it, and the next pass starts the drain (and its timer) again; asking the
+// dispatcher to drain a worker twice is harmless.
+struct PodDrain {
+  std::string pod;       // the pod's name
+  std::string address;   // the worker address drained, "podIP:port"
+  absl::Time started;    // when the controller first asked the dispatcher to drain it
+  bool answered = false;  // a drain round answered for it
+  bool drained = false;   // the dispatcher's verdict in the last round that answered
+  std::string message;    // that verdict's reason, or why the last round failed
 };
 
 struct ReconcileInput {
@@ -153,8 +189,13 @@ struct ReconcileInput {
   std::map<std::string, int64_t> cpu_requested_by_node;
   // Snapshot of Expectations::Pending for this DataService.
   PendingOperations expectations;
-  // Set by the controller once it started draining (after a DrainWorkers action).
+  // Set by the controller once it started draining (after a kDataService DrainWorkers action).
   std::optional<DrainProgress> drain;
+  // Worker pods a scale-down is draining (kScaleDown DrainWorkers actions), by pod uid. A pod listed
+  // here leaves whatever the spec says now: it is kept (and not counted in status.replicas) until
+  // drained or until scale_down_drain_timeout after `started`, then deleted; no replacement is
+  // created for it unless the spec asks for more workers.
+  std::map<std::string, PodDrain> pod_drains;
   // The API server refuses creates in the DataService's namespace because the namespace is being
   // deleted (a create was answered 403 with cause NamespaceTerminating): the result then holds no
   // creates and no Events (Events are creates too); deletes, status and finalizer writes go on.

@@ -169,6 +169,29 @@ class FakeCluster {
   std::map<std::string, json>& claims() { return claims_; }
   absl::Time now = kT0;
   Expectations expectations;
+  ReconcileOptions options;
+  // Scale-down drains as the controller would remember them (see RecordDrainRound).
+  std::map<std::string, PodDrain> pod_drains;
+
+  // What the controller does with the kScaleDown DrainWorkers action of `r`: remembers each pod
+  // named (started now unless known) with the verdict `drained` (by pod name) after a round.
+  void RecordDrainRound(const ReconcileResult& r, const std::set<std::string>& drained = {},
+                        const std::string& message = "draining, 1 task: 12 elements produced and not yet received") {
+    for (const DrainWorkers& d : All<DrainWorkers>(r)) {
+      if (d.scope != DrainScope::kScaleDown) continue;
+      for (size_t i = 0; i < d.workers.size(); ++i) {
+        auto [it, added] = pod_drains.try_emplace(d.worker_uids.at(i));
+        if (added) {
+          it->second.pod = d.workers[i];
+          it->second.address = d.worker_addresses.at(i);
+          it->second.started = now;
+        }
+        it->second.answered = true;
+        it->second.drained = drained.count(d.workers[i]) > 0;
+        it->second.message = it->second.drained ? "draining, no task left" : message;
+      }
+    }
+  }
 
   ReconcileInput Input() const {
     ReconcileInput in;
@@ -195,6 +218,8 @@ class FakeCluster {
     in.cpu_requested_by_node = SumCpuRequestsByNode(all);
     in.expectations = expectations.Pending("ml/ds");
     in.now = now;
+    in.options = options;
+    in.pod_drains = pod_drains;
     return in;
   }
 
@@ -851,6 +876,181 @@ TEST_CASE("a ready pod is not taken from a pool at its target (the explicit spli
   ReconcileResult next = c.Step();
   CHECK(Deleted(next).empty());
   CHECK(Created(next).empty());
+}
+
+// ---- scale-down drains ----
+
+std::string UidOf(FakeCluster& c, const std::string& pod) { return c.pods().at(pod)["metadata"]["uid"]; }
+std::string AddressOf(FakeCluster& c, const std::string& pod) {
+  return c.pods().at(pod)["status"]["podIP"].get<std::string>() + ":5051";
+}
+
+TEST_CASE("scale-down drains the pods it removes through the dispatcher, then deletes them", "[reconciler][drain]") {
+  json o = BaseDataService();
+  o["spec"]["workers"]["replicas"] = 2;
+  FakeCluster c(o);
+  c.options.scale_down_drain_timeout = absl::Minutes(2);
+  c.Converge();
+  REQUIRE(c.LivePods() == std::vector<std::string>{"ds-worker-remote-0", "ds-worker-remote-1"});
+  c.ds()["spec"]["workers"]["replicas"] = 1;
+  c.ds()["spec"]["workers"]["workersToDelete"] = {"ds-worker-remote-0"};
+  const absl::Time started = c.now;
+
+  // The first pass deletes nothing and creates nothing: it asks the dispatcher to drain exactly the pod.
+  ReconcileResult r = c.Step();
+  CHECK(Deleted(r).empty());
+  CHECK(Created(r).empty());
+  std::vector<DrainWorkers> drains = All<DrainWorkers>(r);
+  REQUIRE(drains.size() == 1);
+  CHECK(drains[0].scope == DrainScope::kScaleDown);
+  CHECK(drains[0].workers == std::vector<std::string>{"ds-worker-remote-0"});
+  CHECK(drains[0].worker_uids == std::vector<std::string>{UidOf(c, "ds-worker-remote-0")});
+  CHECK(drains[0].worker_addresses == std::vector<std::string>{AddressOf(c, "ds-worker-remote-0")});
+  CHECK(drains[0].dispatcher_endpoint == c.pods().at("ds-dispatcher")["status"]["podIP"].get<std::string>() + ":5050");
+  CHECK(drains[0].dispatcher_address == "ds-dispatcher.ml.svc:5050");
+  CHECK(FindEvent(r, "ScalingDown")->note == "workers 2 -> 1 (local 0 -> 0, remote 2 -> 1)");
+  const EmitEvent* draining = FindEvent(r, "DrainingWorker");
+  REQUIRE(draining != nullptr);
+  CHECK(draining->type == "Normal");
+  CHECK(draining->note ==
+        "draining worker pod ds-worker-remote-0 through the dispatcher, deleted once drained (at most 2m): listed in "
+        "spec.workers.workersToDelete");
+  REQUIRE(r.requeue_after.has_value());
+  CHECK(*r.requeue_after == absl::Seconds(5));  // the drain poll interval
+  // Status: the draining pod is not counted as a worker; it is shown apart.
+  std::optional<json> status = StatusUpdate(r);
+  REQUIRE(status.has_value());
+  CHECK((*status)["replicas"] == 1);
+  CHECK((*status)["readyReplicas"] == 1);
+  CHECK((*status)["drainingReplicas"] == 1);
+  CHECK(ConditionOf(*status, "WorkersReady")["status"] == "True");
+  CHECK(ConditionOf(*status, "WorkersReady")["message"] ==
+        "1/1 workers ready; 1 draining through the dispatcher before deletion");
+  CHECK(ConditionOf(*status, "Ready")["status"] == "True");
+  c.RecordDrainRound(r);
+
+  SECTION("while it drains: kept, asked again, no replacement, no repeated events") {
+    for (int i = 0; i < 3; ++i) {
+      c.now += absl::Seconds(5);
+      ReconcileResult next = c.Step();
+      c.RecordDrainRound(next);
+      CHECK(Deleted(next).empty());
+      CHECK(Created(next).empty());
+      REQUIRE(All<DrainWorkers>(next).size() == 1);
+      CHECK(All<DrainWorkers>(next)[0].workers == std::vector<std::string>{"ds-worker-remote-0"});
+      CHECK(FindEvent(next, "DrainingWorker") == nullptr);
+      CHECK(FindEvent(next, "ScalingDown") == nullptr);
+    }
+    CHECK(c.pod_drains.at(UidOf(c, "ds-worker-remote-0")).started == started);  // the first request's time
+    CHECK(c.LivePods() == std::vector<std::string>{"ds-worker-remote-0", "ds-worker-remote-1"});
+  }
+  SECTION("deleted once the dispatcher reports it drained") {
+    c.now += absl::Seconds(5);
+    c.RecordDrainRound(r, {"ds-worker-remote-0"});
+    ReconcileResult done = c.Step();
+    CHECK(Deleted(done) == std::vector<std::string>{"ds-worker-remote-0"});
+    CHECK(Created(done).empty());
+    CHECK(All<DrainWorkers>(done).empty());  // nothing left to drain
+    CHECK(All<DeleteObject>(done)[0].reason == "drained through the dispatcher: draining, no task left");
+    CHECK(All<DeleteObject>(done)[0].drain_outcome == "drained");
+    CHECK(AnnouncedNotes(done, "DrainedWorker") ==
+          std::vector<std::string>{"deleted drained remote worker pod ds-worker-remote-0: the dispatcher reports "
+                                   "nothing left to deliver or hand back"});
+    CHECK(FindEvent(done, "ScalingDown") == nullptr);
+    // Gone: the next passes change nothing.
+    c.FinishTerminations();
+    c.now += absl::Seconds(10);
+    ReconcileResult after = c.Step();
+    CHECK(Deleted(after).empty());
+    CHECK(Created(after).empty());
+    CHECK(All<DrainWorkers>(after).empty());
+    CHECK(c.ds()["status"]["drainingReplicas"] == 0);
+    CHECK(c.LivePods() == std::vector<std::string>{"ds-worker-remote-1"});
+  }
+  SECTION("not drained by the deadline: deleted anyway, with a Warning naming the SIGTERM fallback") {
+    c.now = started + absl::Minutes(2) - absl::Seconds(2);
+    ReconcileResult almost = c.Step();
+    CHECK(Deleted(almost).empty());
+    CHECK(*almost.requeue_after == absl::Seconds(2));  // the requeue never overshoots the deadline
+    c.now = started + absl::Minutes(2);
+    ReconcileResult late = c.Step();
+    CHECK(Deleted(late) == std::vector<std::string>{"ds-worker-remote-0"});
+    std::vector<std::string> notes = AnnouncedNotes(late, "WorkerDrainTimedOut");
+    REQUIRE(notes.size() == 1);
+    CHECK(notes[0] ==
+          "deleted remote worker pod ds-worker-remote-0 not drained after 2m (draining, 1 task: 12 elements produced "
+          "and not yet received); each falls back to the SIGTERM hand-back: splits go back at the readers' positions "
+          "and what clients have not read within the pod's shutdown budget is lost");
+    CHECK(All<DeleteObject>(late)[0].event.type == "Warning");
+    CHECK(All<DeleteObject>(late)[0].drain_outcome == "timed_out");
+  }
+  SECTION("more workers wanted again mid-drain: the drain goes on (it cannot be undone), a new pod is created") {
+    c.ds()["spec"]["workers"]["replicas"] = 2;
+    c.now += absl::Seconds(5);
+    ReconcileResult up = c.Step();
+    CHECK(Created(up) == std::vector<std::string>{"ds-worker-remote-2"});  // listed names are not reused
+    CHECK(Deleted(up).empty());
+    REQUIRE(All<DrainWorkers>(up).size() == 1);
+    CHECK(All<DrainWorkers>(up)[0].workers == std::vector<std::string>{"ds-worker-remote-0"});
+  }
+  SECTION("the DataService deleted mid-drain: the finalizer's whole drain takes over, unchanged") {
+    c.ds()["metadata"]["deletionTimestamp"] = FormatKubeTime(c.now);
+    ReconcileResult deleting = c.Step();
+    REQUIRE(All<DrainWorkers>(deleting).size() == 1);
+    const DrainWorkers& all = All<DrainWorkers>(deleting)[0];
+    CHECK(all.scope == DrainScope::kDataService);
+    CHECK(all.workers == std::vector<std::string>{"ds-worker-remote-0", "ds-worker-remote-1"});
+    CHECK(Deleted(deleting).empty());
+    CHECK(FindEvent(deleting, "DrainStarted") != nullptr);
+  }
+}
+
+TEST_CASE("a replicas-only scale-down drains the surplus it picks, named in one event", "[reconciler][drain]") {
+  json o = BaseDataService();
+  o["spec"]["workers"]["replicas"] = 3;
+  FakeCluster c(o);
+  c.options.scale_down_drain_timeout = absl::Minutes(2);
+  c.Converge();
+  c.pods()["ds-worker-remote-0"]["metadata"]["creationTimestamp"] = FormatKubeTime(c.now);  // the newest
+  c.ds()["spec"]["workers"]["replicas"] = 1;
+  ReconcileResult r = c.Step();
+  CHECK(Deleted(r).empty());
+  CHECK(Created(r).empty());
+  REQUIRE(All<DrainWorkers>(r).size() == 1);
+  CHECK(All<DrainWorkers>(r)[0].workers == std::vector<std::string>{"ds-worker-remote-0", "ds-worker-remote-2"});
+  CHECK(FindEvent(r, "DrainingWorker")->note ==
+        "draining worker pods ds-worker-remote-[0,2] through the dispatcher, deleted once drained (at most 2m): "
+        "scaling down to 1 workers");
+  CHECK((*StatusUpdate(r))["drainingReplicas"] == 2);
+  c.RecordDrainRound(r, {"ds-worker-remote-2"});
+  // One drained, one still draining: only the drained one goes; the other is still asked about.
+  c.now += absl::Seconds(5);
+  ReconcileResult next = c.Step();
+  CHECK(Deleted(next) == std::vector<std::string>{"ds-worker-remote-2"});
+  CHECK(Created(next).empty());
+  REQUIRE(All<DrainWorkers>(next).size() == 1);
+  CHECK(All<DrainWorkers>(next)[0].workers == std::vector<std::string>{"ds-worker-remote-0"});
+  CHECK(FindEvent(next, "ScalingDown") == nullptr);
+}
+
+TEST_CASE("pods that cannot be drained through the dispatcher are deleted at once", "[reconciler][drain]") {
+  json o = BaseDataService();
+  o["spec"]["workers"]["replicas"] = 2;
+  FakeCluster c(o);
+  c.options.scale_down_drain_timeout = absl::Minutes(2);
+  c.Converge();
+  c.ds()["spec"]["workers"]["replicas"] = 1;
+  c.ds()["spec"]["workers"]["workersToDelete"] = {"ds-worker-remote-1"};
+  SECTION("a pod that is not ready") { c.SetReady("ds-worker-remote-1", false); }
+  SECTION("a pod without an IP") { c.pods()["ds-worker-remote-1"]["status"].erase("podIP"); }
+  SECTION("a pod that is not running") { c.pods()["ds-worker-remote-1"]["status"]["phase"] = "Pending"; }
+  SECTION("no ready dispatcher to drain through") { c.SetReady("ds-dispatcher", false); }
+  SECTION("draining turned off (timeout 0)") { c.options.scale_down_drain_timeout = absl::ZeroDuration(); }
+  ReconcileResult r = c.Step();
+  CHECK(Deleted(r) == std::vector<std::string>{"ds-worker-remote-1"});
+  CHECK(All<DrainWorkers>(r).empty());
+  CHECK(FindEvent(r, "DrainingWorker") == nullptr);
+  CHECK(Created(r).empty());
 }
 
 // ---- events naming pods ----
