@@ -362,8 +362,17 @@ absl::StatusOr<json> Client::ListAll(const ResourceRef& ref, absl::string_view n
       page_items = json::array();  // a retried attempt starts over
       return ReadList(
           body, what,
-          [&](size_t, json&& item) {
-            page_items.push_back(item_transform ? item_transform(std::move(item)) : std::move(item));
+          [&](size_t index, json&& item) {
+            if (!item_transform) {
+              page_items.push_back(std::move(item));
+              return absl::OkStatus();
+            }
+            // A transform that throws is a bug of the caller's, not a transport failure: not retried.
+            try {
+              page_items.push_back(item_transform(std::move(item)));
+            } catch (const std::exception& e) {
+              return absl::InternalError(absl::StrCat(what, ": items[", index, "]: the transform failed: ", e.what()));
+            }
             return absl::OkStatus();
           },
           &head, start);

@@ -184,6 +184,7 @@ TEST_CASE("ListAll: a body that is not a list is DataLoss naming the problem - n
   server.Expect("GET", "/api/v1/pods", html);
   server.Expect("GET", "/api/v1/pods", Reply::Json(200, {{"items", {{{"metadata", {{"name", "a"}}}}, {{"spec", json::object()}}}}}));
   server.Expect("GET", "/api/v1/pods", Reply::Json(200, {{"items", {{"name", "a"}}}}));
+  server.Expect("GET", "/api/v1/pods", Reply::Json(200, {{"items", {{{"metadata", {{"name", "a"}}}}}}}));
   server.Expect("GET", "/api/v1/pods", Reply::Status(503, "ServiceUnavailable", "try again"));
   server.Expect("GET", "/api/v1/pods", Reply::Json(200, {{"items", {{{"metadata", {{"name", "a"}}}}}},
                                                        {"metadata", {{"resourceVersion", "3"}}}}));
@@ -202,11 +203,18 @@ TEST_CASE("ListAll: a body that is not a list is DataLoss naming the problem - n
   CHECK(absl::StrContains(items_object.status().message(), "\"items\" is an object, not an array"));
   CHECK(server.RequestCount() == 3);
 
+  auto throwing = client->ListAll(resources::Pods(), "", {}, {}, [](json&& pod) -> json {
+    return pod["spec"]["nodeName"].get<std::string>();  // a type_error: the pod has no spec
+  });
+  CHECK(throwing.status().code() == absl::StatusCode::kInternal);
+  CHECK(absl::StrContains(throwing.status().message(), "GET /api/v1/pods: items[0]: the transform failed: "));
+  CHECK(server.RequestCount() == 4);  // not retried
+
   auto retried = client->ListAll(resources::Pods(), "");
   REQUIRE(retried.ok());
   CHECK((*retried)["items"].size() == 1);
   CHECK((*retried)["metadata"]["resourceVersion"] == "3");
-  CHECK(server.RequestCount() == 5);
+  CHECK(server.RequestCount() == 6);
 }
 
 TEST_CASE("PUT conflict / merge patch / failing test op and JSON patch replayed") {
