@@ -6,14 +6,18 @@
 
 #include <cpprest/http_client.h>
 
+#include <algorithm>
 #include <exception>
+#include <istream>
 #include <random>
+#include <streambuf>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "kube/errors.h"
+#include "kube/list_reader.h"
 
 namespace sluice::kube {
 namespace {
@@ -47,6 +51,41 @@ std::string HeaderValue(const http::http_headers& headers, const char* name) {
   auto it = headers.find(name);
   return it == headers.end() ? std::string() : utility::conversions::to_utf8string(it->second);
 }
+
+// A std::streambuf over a response body as cpprestsdk receives it, so that a parser can read the
+// body while it arrives instead of from one string holding all of it. Reads block; a transport
+// failure is thrown (as cpprestsdk throws it) from underflow(). Keeps the body's first bytes for
+// error messages.
+class ResponseStreamBuf : public std::streambuf {
+ public:
+  explicit ResponseStreamBuf(concurrency::streams::streambuf<uint8_t> body) : body_(std::move(body)) {}
+
+  const std::string& start() const { return start_; }
+
+ protected:
+  int_type underflow() override {
+    if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
+    // As in Watch: cpprestsdk's getn(count) only completes once `count` bytes are there, so wait
+    // for one byte and then take whatever else has arrived.
+    using body_traits = concurrency::streams::streambuf<uint8_t>::traits;
+    auto first = body_.bumpc().get();
+    if (first == body_traits::eof()) return traits_type::eof();
+    buffer_[0] = static_cast<char>(first);
+    size_t n = 1;
+    size_t available = body_.in_avail();
+    if (available > 0) {
+      n += body_.getn(reinterpret_cast<uint8_t*>(buffer_) + 1, std::min(available, sizeof(buffer_) - 1)).get();
+    }
+    if (start_.size() < kBodyStartBytes) start_.append(buffer_, std::min(n, kBodyStartBytes - start_.size()));
+    setg(buffer_, buffer_, buffer_ + n);
+    return traits_type::to_int_type(buffer_[0]);
+  }
+
+ private:
+  concurrency::streams::streambuf<uint8_t> body_;
+  char buffer_[16 * 1024];
+  std::string start_;
+};
 
 }  // namespace
 
@@ -161,10 +200,14 @@ struct Client::Impl {
     return tokens->Token();
   }
 
+  // Reads a 2xx answer's body as it arrives, in place of HttpResponse::body (which stays empty).
+  // Called once per attempt (a retried request calls it again from the start).
+  using BodyReader = std::function<absl::Status(std::istream& body, const std::function<std::string()>& start)>;
+
   // One attempt. Transport problems come back as Unavailable.
   absl::StatusOr<HttpResponse> SendOnce(absl::string_view method, absl::string_view path_and_query,
                                         const std::optional<std::string>& body, absl::string_view content_type,
-                                        const std::string& token, std::stop_token stop) {
+                                        const std::string& token, std::stop_token stop, const BodyReader* reader) {
     pplx::cancellation_token_source cancel;
     std::stop_callback on_stop(stop, [&cancel] { cancel.cancel(); });
     try {
@@ -175,6 +218,13 @@ struct Client::Impl {
       out.status = response.status_code();
       out.content_type = HeaderValue(response.headers(), "Content-Type");
       out.retry_after = HeaderValue(response.headers(), "Retry-After");
+      if (reader != nullptr && out.status >= 200 && out.status < 300) {
+        ResponseStreamBuf streambuf(response.body().streambuf());
+        std::istream in(&streambuf);
+        absl::Status read = (*reader)(in, [&streambuf] { return streambuf.start(); });
+        if (!read.ok()) return read;
+        return out;
+      }
       out.body = response.extract_utf8string(true).get();
       return out;
     } catch (const pplx::task_canceled&) {
@@ -189,16 +239,17 @@ struct Client::Impl {
 
   absl::StatusOr<HttpResponse> Send(absl::string_view method, absl::string_view path_and_query,
                                     const std::optional<std::string>& body, absl::string_view content_type,
-                                    std::stop_token stop) {
+                                    std::stop_token stop, const BodyReader* reader = nullptr) {
     bool refreshed_token = false;
     for (int attempt = 1;; ++attempt) {
       if (!bucket->Acquire(stop)) return absl::CancelledError("request cancelled while rate limited");
       auto token = CurrentToken();
       if (!token.ok()) return token.status();
-      auto response = SendOnce(method, path_and_query, body, content_type, *token, stop);
+      auto response = SendOnce(method, path_and_query, body, content_type, *token, stop, reader);
       std::optional<absl::Duration> delay;
       if (!response.ok()) {
-        if (absl::IsCancelled(response.status())) return response.status();
+        // Transport failures (Unavailable) may be retried; cancellation and a body reader's verdict not.
+        if (!absl::IsUnavailable(response.status())) return response.status();
         delay = RetryDelay(options.retry, method, 0, "", attempt, Random01());
         if (!delay) return response.status();
       } else {
@@ -295,14 +346,46 @@ absl::StatusOr<json> Client::List(const ResourceRef& ref, absl::string_view ns, 
 
 absl::StatusOr<json> Client::ListAll(const ResourceRef& ref, absl::string_view ns, const ListOptions& options,
                                      std::stop_token stop, const std::function<json(json&&)>& item_transform) {
+  const std::string path = ref.CollectionPath(ns);
+  const std::string what = absl::StrCat("GET ", path);
   bool restarted = false;
   ListOptions page_options = options;
   json merged;
   json items = json::array();
   while (true) {
-    auto page = List(ref, ns, page_options, stop);
-    if (!page.ok()) {
-      if (IsGone(page.status()) && !page_options.continue_token.empty() && !restarted) {
+    // Each page is read as it arrives, item by item (kube/list_reader.h): neither the body nor the
+    // page as a JSON tree is ever held whole, only the (transformed) items.
+    json head;
+    json page_items = json::array();
+    Impl::BodyReader reader = [&](std::istream& body, const std::function<std::string()>& start) {
+      head = json();
+      page_items = json::array();  // a retried attempt starts over
+      return ReadList(
+          body, what,
+          [&](size_t index, json&& item) {
+            if (!item_transform) {
+              page_items.push_back(std::move(item));
+              return absl::OkStatus();
+            }
+            // A transform that throws is a bug of the caller's, not a transport failure: not retried.
+            try {
+              page_items.push_back(item_transform(std::move(item)));
+            } catch (const std::exception& e) {
+              return absl::InternalError(absl::StrCat(what, ": items[", index, "]: the transform failed: ", e.what()));
+            }
+            return absl::OkStatus();
+          },
+          &head, start);
+    };
+    auto response =
+        impl_->Send("GET", absl::StrCat(path, BuildQuery(page_options.ToQuery())), std::nullopt, "application/json",
+                    stop, &reader);
+    absl::Status status = response.status();
+    if (status.ok() && (response->status < 200 || response->status >= 300)) {
+      status = StatusFromResponse(response->status, response->body, what);
+    }
+    if (!status.ok()) {
+      if (IsGone(status) && !page_options.continue_token.empty() && !restarted) {
         // The continue token expired: start over with a consistent list.
         restarted = true;
         page_options = options;
@@ -312,18 +395,20 @@ absl::StatusOr<json> Client::ListAll(const ResourceRef& ref, absl::string_view n
         items = json::array();
         continue;
       }
-      return page.status();
+      return status;
     }
-    if (!page->is_object()) return absl::DataLossError(absl::StrCat("list ", ref.CollectionPath(ns), ": not an object"));
-    if (page->contains("items") && (*page)["items"].is_array()) {
-      for (json& item : (*page)["items"]) items.push_back(item_transform ? item_transform(std::move(item)) : std::move(item));
+    if (items.empty()) {
+      items = std::move(page_items);
+    } else {
+      for (json& item : page_items) items.push_back(std::move(item));
     }
+    page_items = json();
     std::string next;
-    if (page->contains("metadata") && (*page)["metadata"].is_object()) {
-      const json& meta = (*page)["metadata"];
+    if (head.contains("metadata") && head["metadata"].is_object()) {
+      const json& meta = head["metadata"];
       if (meta.contains("continue") && meta["continue"].is_string()) next = meta["continue"].get<std::string>();
     }
-    merged = std::move(*page);
+    merged = std::move(head);
     if (next.empty()) break;
     page_options.continue_token = next;
   }

@@ -106,8 +106,11 @@ class Client {
   // Follows `continue` until the list is complete; returns a list object whose items are all pages'
   // items and whose metadata.resourceVersion is the snapshot's. If a continue token expires (410),
   // restarts once with a consistent (resourceVersion unset) list.
-  // `item_transform`, when set, is applied to each item as its page arrives (so that a large list
-  // never exists untransformed all at once).
+  // Each page's body is read as it arrives, one item at a time (kube/list_reader.h), so neither a
+  // page's text nor the page as a JSON tree is held whole; `item_transform`, when set, is applied
+  // to each item as soon as it is read (so that a large list never exists untransformed: what is
+  // held is the transformed items). Bodies that are not a list (not JSON, "items" not an array, an
+  // item without metadata.name) are DataLoss errors naming the problem.
   absl::StatusOr<nlohmann::json> ListAll(const ResourceRef& ref, absl::string_view ns, const ListOptions& options = {},
                                          std::stop_token stop = {},
                                          const std::function<nlohmann::json(nlohmann::json&&)>& item_transform = {});

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "kube/apply.h"
@@ -138,6 +139,82 @@ TEST_CASE("an expired continue token restarts the list consistently once") {
   CHECK(requests[0].query["resourceVersion"] == "0");
   CHECK(requests[2].query.count("resourceVersion") == 0);  // consistent
   CHECK(requests[2].query.count("continue") == 0);
+}
+
+TEST_CASE("ListAll reads a page as it arrives: items transformed one by one across chunks") {
+  FixtureServer server;
+  REQUIRE(server.Start().ok());
+  json list = {{"apiVersion", "v1"}, {"kind", "PodList"}, {"metadata", {{"resourceVersion", "77"}}}, {"items", json::array()}};
+  for (int i = 0; i < 50; ++i) {
+    list["items"].push_back({{"metadata", {{"name", absl::StrCat("p", i)}, {"namespace", "ml"}}},
+                             {"spec", {{"nodeName", "n1"}, {"containers", {{{"name", "c"}, {"image", "i"}}}}}}});
+  }
+  // Sent in small chunks (each ends with a newline, so cut after commas, outside strings), so that
+  // items straddle them.
+  const std::string text = list.dump();
+  Reply chunked;
+  chunked.chunked = true;
+  for (size_t at = 0; at < text.size();) {
+    size_t comma = text.find(',', at);
+    size_t end = comma == std::string::npos ? text.size() : comma + 1;
+    chunked.lines.push_back(text.substr(at, end - at));
+    at = end;
+  }
+  server.Expect("GET", "/api/v1/pods", chunked);
+  auto client = MakeClient(server);
+  int transformed = 0;
+  auto all = client->ListAll(resources::Pods(), "", {}, {}, [&transformed](json&& pod) {
+    ++transformed;
+    return json{{"metadata", pod["metadata"]}, {"node", pod["spec"]["nodeName"]}};
+  });
+  REQUIRE(all.status() == absl::OkStatus());
+  CHECK(transformed == 50);
+  REQUIRE((*all)["items"].size() == 50);
+  CHECK((*all)["items"][49] == json{{"metadata", {{"name", "p49"}, {"namespace", "ml"}}}, {"node", "n1"}});
+  CHECK((*all)["kind"] == "PodList");
+  CHECK((*all)["metadata"]["resourceVersion"] == "77");
+}
+
+TEST_CASE("ListAll: a body that is not a list is DataLoss naming the problem - not retried, unlike 5xx") {
+  FixtureServer server;
+  REQUIRE(server.Start().ok());
+  Reply html;
+  html.content_type = "text/html";
+  html.body = "<html>hello</html>";
+  server.Expect("GET", "/api/v1/pods", html);
+  server.Expect("GET", "/api/v1/pods", Reply::Json(200, {{"items", {{{"metadata", {{"name", "a"}}}}, {{"spec", json::object()}}}}}));
+  server.Expect("GET", "/api/v1/pods", Reply::Json(200, {{"items", {{"name", "a"}}}}));
+  server.Expect("GET", "/api/v1/pods", Reply::Json(200, {{"items", {{{"metadata", {{"name", "a"}}}}}}}));
+  server.Expect("GET", "/api/v1/pods", Reply::Status(503, "ServiceUnavailable", "try again"));
+  server.Expect("GET", "/api/v1/pods", Reply::Json(200, {{"items", {{{"metadata", {{"name", "a"}}}}}},
+                                                       {"metadata", {{"resourceVersion", "3"}}}}));
+  auto client = MakeClient(server);
+
+  auto not_json = client->ListAll(resources::Pods(), "");
+  CHECK(not_json.status().code() == absl::StatusCode::kDataLoss);
+  CHECK(absl::StrContains(not_json.status().message(), "GET /api/v1/pods: the body is not JSON"));
+  CHECK(absl::StrContains(not_json.status().message(), "it begins: <html>hello</html>"));
+  CHECK(server.RequestCount() == 1);
+
+  auto nameless = client->ListAll(resources::Pods(), "");
+  CHECK(nameless.status().code() == absl::StatusCode::kDataLoss);
+  CHECK(absl::StrContains(nameless.status().message(), "GET /api/v1/pods: items[1] has no metadata.name"));
+  auto items_object = client->ListAll(resources::Pods(), "");
+  CHECK(absl::StrContains(items_object.status().message(), "\"items\" is an object, not an array"));
+  CHECK(server.RequestCount() == 3);
+
+  auto throwing = client->ListAll(resources::Pods(), "", {}, {}, [](json&& pod) -> json {
+    return pod["spec"]["nodeName"].get<std::string>();  // a type_error: the pod has no spec
+  });
+  CHECK(throwing.status().code() == absl::StatusCode::kInternal);
+  CHECK(absl::StrContains(throwing.status().message(), "GET /api/v1/pods: items[0]: the transform failed: "));
+  CHECK(server.RequestCount() == 4);  // not retried
+
+  auto retried = client->ListAll(resources::Pods(), "");
+  REQUIRE(retried.ok());
+  CHECK((*retried)["items"].size() == 1);
+  CHECK((*retried)["metadata"]["resourceVersion"] == "3");
+  CHECK(server.RequestCount() == 6);
 }
 
 TEST_CASE("PUT conflict / merge patch / failing test op and JSON patch replayed") {

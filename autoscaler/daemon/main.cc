@@ -133,9 +133,10 @@ int main(int argc, char** argv) {
                                                         : std::string("direct scrape"))
         .With("keda", options.watch_scaled_objects ? "watched" : "not watched")
         .With("identity", flags.identity);
-    // The first lists (served whole from the watch cache) parse every DataService and pod at once;
-    // what they freed is given back to the system now and then, so that the resident memory is
-    // the caches' (about a quarter of the peak with 1,000 DataServices: docs/benchmarks.md).
+    // The first lists (served whole from the watch cache) are read item by item (kube/list_reader.h),
+    // each item reduced to what the autoscaler keeps; what the reading freed, and later what watch
+    // events and reconciles free, is given back to the system now and then, so that the resident
+    // memory is the caches' (docs/benchmarks.md).
     malloc_trim(0);
     {
       std::mutex mu;
