@@ -19,6 +19,7 @@
 #include "e2e_dataplane/e2e_test_util.h"
 #include "testing/test_util.h"
 #include "tools/sluice/dataservice_commands.h"
+#include "tools/sluice/trainer_process.h"
 
 namespace sluice::e2e {
 namespace {
@@ -116,6 +117,69 @@ TEST_CASE("sluice up (autoscaled) adds workers until the stall is under target, 
     INFO("pid " << pid);
     CHECK((::kill(pid, 0) == -1 && errno == ESRCH));
   }
+}
+
+TEST_CASE("sluice up --trainer: a PyTorch CNN through the Python client; workers follow its train and eval phases") {
+  sluice::testing::TempDir tmp;
+  // Short phases: the train phase stalls on one worker, the eval phase reads nothing.
+  auto up = Sluice({"up", "--trainer", "fashion-mnist-cnn", "--train-seconds", "20", "--eval-seconds", "30",
+                    "--max-workers", "3", "--log-dir", tmp.File("logs")},
+                   sluice::testing::SourceDir());
+  CHECK(ExitCode(*up, absl::Minutes(5)) == 0);
+  const std::string output = up->Output();
+  INFO(output);
+  REQUIRE(absl::StrContains(output, "== train: fashion-mnist-cnn"));
+  REQUIRE(absl::StrContains(output, "== eval"));
+  REQUIRE(absl::StrContains(output, "== summary"));
+  const size_t eval = output.find("== eval");
+  CHECK(output.find("ScaledUp") < eval);  // the trainer stalled on one worker
+  CHECK(Figure(output, "workers: started with 1, peak ([0-9]+)") >= 2);
+  CHECK(output.find("ScaledDown", eval) != std::string::npos);  // demand 0 in the eval phase
+  CHECK(Figure(output, "elements lost on scale-down: ([0-9]+)") == 0);
+  CHECK(Figure(output, "trainer: ([0-9]+) batches") > 0);
+  CHECK(absl::StrContains(output, "test accuracy 0."));
+  const std::string progress = sluice::testing::ReadFile(tmp.File("logs/trainer-progress.jsonl"));
+  CHECK(absl::StrContains(progress, "\"phase\": \"train\""));
+  CHECK(absl::StrContains(progress, "\"phase\": \"done\""));
+  const std::vector<pid_t> pids = ChildPids(output);
+  for (pid_t pid : pids) {
+    INFO("pid " << pid);
+    CHECK((::kill(pid, 0) == -1 && errno == ESRCH));
+  }
+}
+
+TEST_CASE("the trainer's progress and result lines: malformed ones are refused, naming the field") {
+  auto p = tools::ParseTrainerProgress(R"({"phase": "train", "elements": 12, "wait_s": 1.5, "step_s": 3, "loss": 2.1})");
+  REQUIRE(p.ok());
+  CHECK(p->phase == "train");
+  CHECK(p->elements == 12);
+  CHECK(p->wait_seconds == 1.5);
+  CHECK(p->step_seconds == 3);
+  auto no_loss = tools::ParseTrainerProgress(R"({"phase": "eval", "elements": 0, "wait_s": 0, "step_s": 0})");
+  REQUIRE(no_loss.ok());
+  CHECK(no_loss->loss == -1);
+  for (const auto& [line, field] : std::vector<std::pair<std::string, std::string>>{
+           {"not json", "not a JSON object"},
+           {"[1, 2]", "not a JSON object"},
+           {R"({"elements": 1, "wait_s": 0, "step_s": 0})", "'phase'"},
+           {R"({"phase": "warmup", "elements": 1, "wait_s": 0, "step_s": 0})", "'phase' is 'warmup'"},
+           {R"({"phase": "train", "wait_s": 0, "step_s": 0})", "'elements' is missing"},
+           {R"({"phase": "train", "elements": "3", "wait_s": 0, "step_s": 0})", "'elements' is not a number"},
+           {R"({"phase": "train", "elements": 3, "wait_s": -1, "step_s": 0})", "'wait_s' is negative"},
+       }) {
+    auto bad = tools::ParseTrainerProgress(line);
+    INFO(line);
+    REQUIRE_FALSE(bad.ok());
+    CHECK(absl::StrContains(bad.status().message(), field));
+  }
+  auto r = tools::ParseTrainerResult(
+      R"({"elements": 900, "train_seconds": 20.5, "stall": 0.2, "final_loss": 0.7, "test_accuracy": null})");
+  REQUIRE(r.ok());
+  CHECK(r->elements == 900);
+  CHECK(r->test_accuracy == -1);
+  auto bad = tools::ParseTrainerResult(R"({"elements": 900, "stall": 0.2})");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(absl::StrContains(bad.status().message(), "'train_seconds' is missing"));
 }
 
 TEST_CASE("sluice up runs a dispatcher and workers, reads the pipeline through them and reports") {

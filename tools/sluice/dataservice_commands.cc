@@ -31,6 +31,7 @@
 #include "dataplane/rpc/credentials.h"
 #include "dataservice.grpc.pb.h"
 #include "local/local_dataservice.h"
+#include "tools/sluice/trainer_process.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace sluice::cli {
@@ -490,8 +491,24 @@ int RunUpAutoscaled(const UpOptions& options, std::ostream& out, std::ostream& e
   }
   autoscaler::DemoWorkload workload;
   workload.image_size = options.image_size;
+  const bool with_trainer = !options.trainer.empty();
+  std::string trainer_script;
+  std::string pipeline_path = options.pipeline;
+  if (with_trainer) {
+    absl::StatusOr<std::string> script = tools::TrainerScriptPath(options.trainer, bin_dir);
+    if (!script.ok()) return fail(std::string(script.status().message()));
+    trainer_script = *script;
+    if (options.train_seconds <= 0 || options.eval_seconds < 0) {
+      return fail("--train-seconds must be > 0 and --eval-seconds >= 0");
+    }
+    if (pipeline_path.empty()) {
+      pipeline_path = (fs::path(trainer_script).parent_path() / "../pipelines/fashion_mnist_augmented.yaml")
+                          .lexically_normal()
+                          .string();
+    }
+  }
   absl::StatusOr<pipeline::PipelineDef> def =
-      options.pipeline.empty() ? autoscaler::DemoPipeline(workload) : pipeline::ParsePipelineSpecFile(options.pipeline);
+      pipeline_path.empty() ? autoscaler::DemoPipeline(workload) : pipeline::ParsePipelineSpecFile(pipeline_path);
   if (!def.ok()) return fail(std::string(def.status().message()));
   const std::string log_dir = options.log_dir.empty() ? MakeLogDir() : options.log_dir;
   std::error_code ec;
@@ -513,6 +530,10 @@ int RunUpAutoscaled(const UpOptions& options, std::ostream& out, std::ostream& e
   service_options.heartbeat_interval_ms = 200;
   service_options.worker_cpus = options.cpus_per_worker;
   service_options.cpu_quota_group = absl::StrCat("sluice-up-", ::getpid());
+  // The trainer leaves its job when its training ends: the job then ends 5 s later rather than
+  // after the default 5 minutes, and with it what its workers still buffer (nobody will read it),
+  // so that the workers removed during the eval phase drain at once.
+  if (with_trainer) service_options.dispatcher_flags.push_back("--job_gc_grace_ms=5000");
   local::LocalDataService service(service_options);
   int rc = 0;
   auto stop = [&]() {
@@ -569,37 +590,84 @@ int RunUpAutoscaled(const UpOptions& options, std::ostream& out, std::ostream& e
     absl::MutexLock lock(&log_mu);
     decision_log << line << "\n" << std::flush;
   };
-  autoscaler::SteppedConsumerOptions co;
-  co.client.dispatcher_address = service.dispatcher_address();
-  co.client.pipeline = *def;
-  co.client.job_name = kJobName;
-  co.client.sharding = *sharding;
-  co.client.heartbeat_interval = absl::Milliseconds(200);
-  co.client.max_buffered_bytes = autoscaler::kDemoClientBufferBytes;
-  co.step_time = absl::Milliseconds(high_step_ms);
-  auto consumer = autoscaler::SteppedConsumer::Start(co);
-  if (!consumer.ok()) {
-    rc = fail(absl::StrCat("the consumer could not start: ", consumer.status().message()));
-    return stop();
+  // The reader: the simulated consumer (a C++ client stepping at a set compute time per element),
+  // or a real trainer process (its train phase is the peak, its eval phase the drop).
+  absl::StatusOr<std::unique_ptr<autoscaler::SteppedConsumer>> consumer = std::unique_ptr<autoscaler::SteppedConsumer>();
+  std::unique_ptr<tools::TrainerProcess> trainer;
+  if (with_trainer) {
+    tools::TrainerOptions to;
+    to.name = options.trainer;
+    to.script = trainer_script;
+    to.python_path = (fs::path(bin_dir) / "../python").lexically_normal().string();
+    to.dispatcher = service.dispatcher_address();
+    to.pipeline = pipeline_path;
+    to.job_name = kJobName;
+    to.train_seconds = options.train_seconds;
+    to.eval_seconds = options.eval_seconds;
+    to.log_dir = log_dir;
+    auto started = tools::TrainerProcess::Start(to);
+    if (!started.ok()) {
+      rc = fail(absl::StrCat("the trainer could not start: ", started.status().message()));
+      return stop();
+    }
+    trainer = *std::move(started);
+    signals.SetCallback([t = trainer.get()] { t->Stop(); });
+  } else {
+    autoscaler::SteppedConsumerOptions co;
+    co.client.dispatcher_address = service.dispatcher_address();
+    co.client.pipeline = *def;
+    co.client.job_name = kJobName;
+    co.client.sharding = *sharding;
+    co.client.heartbeat_interval = absl::Milliseconds(200);
+    co.client.max_buffered_bytes = autoscaler::kDemoClientBufferBytes;
+    co.step_time = absl::Milliseconds(high_step_ms);
+    consumer = autoscaler::SteppedConsumer::Start(co);
+    if (!consumer.ok()) {
+      rc = fail(absl::StrCat("the consumer could not start: ", consumer.status().message()));
+      return stop();
+    }
+    signals.SetCallback([c = consumer->get()] { c->Stop(); });
   }
-  signals.SetCallback([c = consumer->get()] { c->Stop(); });
-  out << "logs        " << log_dir << "  (decisions: " << log_dir << "/autoscaler.log)\n";
-  out << "reading     " << (options.pipeline.empty() ? std::string("the demo workload (synthetic images, resized)")
-                                                    : options.pipeline)
+  // The reader's counters now (the trainer's from its newest progress line).
+  tools::TrainerProgress last_progress;
+  auto reader_stats = [&]() {
+    client::ClientStats s;
+    if (trainer == nullptr) return (*consumer)->stats();
+    if (std::optional<tools::TrainerProgress> p = trainer->Latest()) last_progress = *p;
+    s.elements_total = last_progress.elements;
+    s.wait_seconds_total = last_progress.wait_seconds;
+    s.step_seconds_total = last_progress.step_seconds;
+    return s;
+  };
+  auto reader_done = [&]() {
+    if (trainer != nullptr) return trainer->Exited();
+    return (*consumer)->finished() || !(*consumer)->status().ok();
+  };
+  out << "logs        " << log_dir << "  (decisions: " << log_dir << "/autoscaler.log"
+      << (trainer ? absl::StrCat(", trainer: ", trainer->log_file()) : std::string()) << ")\n";
+  out << "reading     "
+      << (pipeline_path.empty() ? std::string("the demo workload (synthetic images, resized)") : pipeline_path)
       << ", job '" << kJobName << "'; the autoscaler decides every " << options.period_seconds
       << " s (target stall " << options.target_stall << ", " << options.window_seconds << " s window, "
       << (options.prometheus_url.empty() ? std::string("direct scrape") : "Prometheus " + options.prometheus_url)
       << ")\n";
-  out << absl::StrFormat("== demand up: %.1f ms of compute per element (%.0f elements/s wanted), from %d worker%s\n",
-                         high_step_ms, high_step_ms > 0 ? 1000 / high_step_ms : 0.0, initial, initial == 1 ? "" : "s")
-      << std::flush;
+  if (trainer) {
+    out << absl::StrFormat("== train: %s (%s) for %.0f s, from %d worker%s\n", options.trainer, trainer_script,
+                           options.train_seconds, initial, initial == 1 ? "" : "s")
+        << std::flush;
+  } else {
+    out << absl::StrFormat("== demand up: %.1f ms of compute per element (%.0f elements/s wanted), from %d worker%s\n",
+                           high_step_ms, high_step_ms > 0 ? 1000 / high_step_ms : 0.0, initial,
+                           initial == 1 ? "" : "s")
+        << std::flush;
+  }
 
   autoscaler::LocalAutoscaler scaler(&service, ao);
   scaler.Start();
   AutoscaledUpReport report;
   const absl::Time start = absl::Now();
   int64_t shown_decisions = 0;
-  client::ClientStats prev_stats = (*consumer)->stats();
+  client::ClientStats prev_stats = reader_stats();
   absl::Time prev_at = start;
   enum class Phase { kHigh, kLow, kDone } phase = Phase::kHigh;
   absl::Time phase_start = start;
@@ -609,13 +677,13 @@ int RunUpAutoscaled(const UpOptions& options, std::ostream& out, std::ostream& e
   std::vector<double> phase_stalls;
   while (phase != Phase::kDone) {
     if (signals.Wait(absl::Milliseconds(100))) break;
-    if ((*consumer)->finished() || !(*consumer)->status().ok()) break;
+    if (reader_done()) break;
     if (options.seconds > 0 && absl::Now() - start >= absl::Seconds(options.seconds)) break;
     std::vector<autoscaler::LocalDecision> ds = scaler.decisions();
     for (const autoscaler::LocalDecision& d : ds) {
       if (d.number <= shown_decisions) continue;
       shown_decisions = d.number;
-      const client::ClientStats now_stats = (*consumer)->stats();
+      const client::ClientStats now_stats = reader_stats();
       const absl::Time now = absl::Now();
       const double dt = std::max(absl::ToDoubleSeconds(now - prev_at), 1e-3);
       const double throughput = static_cast<double>(now_stats.elements_total - prev_stats.elements_total) / dt;
@@ -650,7 +718,15 @@ int RunUpAutoscaled(const UpOptions& options, std::ostream& out, std::ostream& e
         good_in_a_row = !waiting && window_after_drop ? good_in_a_row + 1 : 0;
       }
     }
-    const bool phase_over = good_in_a_row >= 3 || absl::Now() - phase_start >= absl::Seconds(options.phase_limit_seconds);
+    // The trainer's own phases end its peak and its drop; the simulated consumer's end once the
+    // decisions settled (or at the phase limit).
+    bool phase_over = false;
+    if (trainer != nullptr) {
+      reader_stats();  // refreshes last_progress
+      phase_over = phase == Phase::kHigh && !last_progress.phase.empty() && last_progress.phase != "train";
+    } else {
+      phase_over = good_in_a_row >= 3 || absl::Now() - phase_start >= absl::Seconds(options.phase_limit_seconds);
+    }
     if (!phase_over) continue;
     auto tail_stall = [&phase_stalls]() {
       if (phase_stalls.empty()) return -1.0;
@@ -662,10 +738,14 @@ int RunUpAutoscaled(const UpOptions& options, std::ostream& out, std::ostream& e
     if (phase == Phase::kHigh) {
       report.high_stall = tail_stall();
       phase = Phase::kLow;
-      (*consumer)->set_step_time(absl::Milliseconds(options.low_step_ms));
-      out << absl::StrFormat("== demand drop: %.1f ms of compute per element (%.0f elements/s wanted)\n",
-                             options.low_step_ms, options.low_step_ms > 0 ? 1000 / options.low_step_ms : 0.0)
-          << std::flush;
+      if (trainer) {
+        out << "== eval: the trainer evaluates on the test set and reads nothing (demand 0)\n" << std::flush;
+      } else {
+        (*consumer)->set_step_time(absl::Milliseconds(options.low_step_ms));
+        out << absl::StrFormat("== demand drop: %.1f ms of compute per element (%.0f elements/s wanted)\n",
+                               options.low_step_ms, options.low_step_ms > 0 ? 1000 / options.low_step_ms : 0.0)
+            << std::flush;
+      }
     } else {
       report.low_stall = tail_stall();
       phase = Phase::kDone;
@@ -676,12 +756,25 @@ int RunUpAutoscaled(const UpOptions& options, std::ostream& out, std::ostream& e
     phase_stalls.clear();
   }
   report.interrupted = signals.signal() != 0;
+  if (trainer != nullptr && phase == Phase::kLow) report.low_stall = -1;  // the trainer reads nothing then
   scaler.Stop();
-  const client::ClientStats final_stats = (*consumer)->stats();
-  const absl::Status consumer_status = (*consumer)->status();
-  (*consumer)->Stop();
+  const client::ClientStats final_stats = reader_stats();
+  std::optional<tools::TrainerResult> trainer_result;
+  absl::Status consumer_status;
+  if (trainer != nullptr) {
+    if (!trainer->Exited()) trainer->Stop();
+    absl::StatusOr<tools::TrainerResult> result = trainer->Result();
+    if (result.ok()) {
+      trainer_result = *result;
+    } else {
+      consumer_status = result.status();
+    }
+  } else {
+    consumer_status = (*consumer)->status();
+    (*consumer)->Stop();
+  }
   signals.SetCallback(nullptr);
-  consumer->reset();
+  if (consumer.ok()) consumer->reset();
   if (!consumer_status.ok() && !report.interrupted) {
     rc = fail(absl::StrCat("reading failed: ", consumer_status.message(), " (logs in ", log_dir, ")"));
   }
@@ -697,6 +790,13 @@ int RunUpAutoscaled(const UpOptions& options, std::ostream& out, std::ostream& e
   report.final_workers = st.workers;
   report.worker_seconds = st.worker_seconds;
   out << "== summary\n" << FormatAutoscaledUpReport(report, options.target_stall);
+  if (trainer_result) {
+    out << absl::StrFormat("trainer: %d batches in %.1f s of training, stall %.3f, final loss %.3f, test accuracy %s\n",
+                           trainer_result->elements, trainer_result->train_seconds, trainer_result->stall,
+                           trainer_result->final_loss,
+                           trainer_result->test_accuracy < 0 ? std::string("not measured")
+                                                             : absl::StrFormat("%.3f", trainer_result->test_accuracy));
+  }
   out << "stopping    dispatcher and " << st.workers << " workers\n" << std::flush;
   stop();
   if (rc == 0 && report.interrupted) rc = 130;
@@ -741,6 +841,14 @@ void AddDataServiceCommands(CLI::App& app, int& rc) {
       ->check(CLI::Range(32, 2048));
   up->add_option("--prometheus-url", up_options->prometheus_url,
                  "autoscaled: read the signals from this Prometheus instead of scraping the processes");
+  up->add_option("--trainer", up_options->trainer,
+                 "autoscaled: a real trainer instead of the simulated consumer: fashion-mnist-cnn (a small PyTorch CNN "
+                 "through the Python client; its train phase is the peak, its eval phase the drop)");
+  up->add_option("--train-seconds", up_options->train_seconds, "with --trainer: seconds of training (default 60)")
+      ->check(CLI::PositiveNumber);
+  up->add_option("--eval-seconds", up_options->eval_seconds,
+                 "with --trainer: seconds of evaluation, nothing read (default 45)")
+      ->check(CLI::NonNegativeNumber);
   up->add_option("--pipeline", up_options->pipeline,
                  "pipeline spec to read (default: examples/pipelines/fashion_mnist.yaml)");
   up->add_option("--sharding", up_options->sharding, "off | dynamic | file | data");

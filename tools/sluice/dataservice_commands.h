@@ -50,6 +50,11 @@ struct UpOptions {
   double scale_down_window_seconds = 8;
   double phase_limit_seconds = 120;  // each demand phase ends at the latest after this long
   int image_size = 768;           // the demo workload's CPU per element
+  // A real trainer instead of the simulated consumer (tools/sluice/trainer_process.h): its train
+  // phase is the demand peak, its eval phase (nothing read) the drop.
+  std::string trainer;            // "" | "fashion-mnist-cnn"
+  double train_seconds = 60;
+  double eval_seconds = 45;
   std::string prometheus_url;     // signals from Prometheus instead of the direct scrape
   std::string pipeline;           // spec file; empty: DefaultPipelinePath()
   std::string sharding = "dynamic";  // off | dynamic | file | data
