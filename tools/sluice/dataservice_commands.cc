@@ -128,14 +128,18 @@ double Ratio(double wait, double step) { return step > 0 ? wait / step : 0; }
 
 }  // namespace
 
-std::string DefaultPipelinePath(const std::string& bin_dir) {
-  const std::string relative = "examples/pipelines/fashion_mnist.yaml";
+std::optional<std::string> FindProjectFile(const std::string& relative, const std::string& bin_dir) {
   std::error_code ec;
   for (const fs::path& candidate : {fs::path(relative), fs::path(bin_dir) / "../.." / relative,
                                     fs::path(bin_dir) / "../share/sluice" / relative}) {
     if (fs::exists(candidate, ec)) return candidate.lexically_normal().string();
   }
-  return relative;
+  return std::nullopt;
+}
+
+std::string DefaultPipelinePath(const std::string& bin_dir) {
+  const std::string relative = "examples/pipelines/fashion_mnist.yaml";
+  return FindProjectFile(relative, bin_dir).value_or(relative);
 }
 
 std::string FormatUpReport(const UpReport& r) {

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -97,6 +98,8 @@ int RunDispatcherState(const std::string& address, bool json, const rpc::TlsOpti
 // examples/pipelines/fashion_mnist.yaml, looked up in the working directory, then next to the
 // source tree of the binary's build directory (<bin>/../../examples), then <bin>/../share/sluice.
 std::string DefaultPipelinePath(const std::string& bin_dir);
+// `relative` (a path in the source tree, e.g. examples/...) looked up the same way; nullopt if absent.
+std::optional<std::string> FindProjectFile(const std::string& relative, const std::string& bin_dir);
 
 // What `sluice up` read; the summary is printed from it.
 struct UpReport {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "tools/sluice/dataservice_commands.h"
 
 namespace sluice::tools {
 namespace {
@@ -96,11 +97,7 @@ absl::StatusOr<std::string> TrainerScriptPath(const std::string& name, const std
         absl::StrCat("--trainer: unknown trainer '", name, "'; the trainers there are: fashion-mnist-cnn"));
   }
   const std::string relative = "examples/trainers/fashion_mnist_cnn.py";
-  std::error_code ec;
-  for (const fs::path& candidate : {fs::path(relative), fs::path(bin_dir) / "../.." / relative,
-                                    fs::path(bin_dir) / "../share/sluice" / relative}) {
-    if (fs::exists(candidate, ec)) return candidate.lexically_normal().string();
-  }
+  if (std::optional<std::string> found = FindProjectFile(relative, bin_dir)) return *found;
   return absl::NotFoundError(absl::StrCat("--trainer ", name, ": ", relative,
                                           " is not in the working directory, next to the build (", bin_dir,
                                           "/../..) or in ", bin_dir, "/../share/sluice"));
