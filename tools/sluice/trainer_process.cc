@@ -97,7 +97,7 @@ absl::StatusOr<std::string> TrainerScriptPath(const std::string& name, const std
         absl::StrCat("--trainer: unknown trainer '", name, "'; the trainers there are: fashion-mnist-cnn"));
   }
   const std::string relative = "examples/trainers/fashion_mnist_cnn.py";
-  if (std::optional<std::string> found = FindProjectFile(relative, bin_dir)) return *found;
+  if (std::optional<std::string> found = cli::FindProjectFile(relative, bin_dir)) return *found;
   return absl::NotFoundError(absl::StrCat("--trainer ", name, ": ", relative,
                                           " is not in the working directory, next to the build (", bin_dir,
                                           "/../..) or in ", bin_dir, "/../share/sluice"));
