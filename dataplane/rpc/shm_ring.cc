@@ -38,6 +38,8 @@ struct Header {
 static_assert(sizeof(Header) <= kShmHeaderBytes);
 static_assert(std::atomic_ref<uint64_t>::is_always_lock_free, "cross-process words need lock-free atomics");
 
+std::atomic<int64_t> elements_received{0};
+
 uint64_t NonceWord(absl::string_view nonce) {
   uint64_t w = 0;
   std::memcpy(&w, nonce.data(), std::min(nonce.size(), sizeof(w)));
@@ -204,8 +206,11 @@ absl::StatusOr<absl::string_view> ShmRingReader::View(uint64_t position, uint64_
                                                    ") with shm_size ", size, " does not lie inside the ",
                                                    data_bytes_, "-byte shared-memory ring"));
   }
+  elements_received.fetch_add(1, std::memory_order_relaxed);
   return absl::string_view(data_ + offset, size);
 }
+
+int64_t ShmElementsReceived() { return elements_received.load(std::memory_order_relaxed); }
 
 void ShmRingReader::Release(uint64_t end) {
   if (end <= released_) return;

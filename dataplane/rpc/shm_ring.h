@@ -119,6 +119,10 @@ class ShmRingReader {
   uint64_t released_ = 0;
 };
 
+// Elements this process has copied out of rings (ShmRingReader::View calls that succeeded), for
+// benchmarks and tests.
+int64_t ShmElementsReceived();
+
 // Unlinks the ring files in `dir` whose creating process no longer exists (a worker killed before
 // its client attached). Returns how many it removed; files of live processes are left alone.
 int RemoveStaleShmRings(const std::string& dir);
