@@ -130,7 +130,10 @@ bool ShmRingWriter::Attached() {
 
 uint64_t ShmRingWriter::consumed() {
   auto* h = reinterpret_cast<Header*>(map_);
-  const uint64_t c = std::atomic_ref<uint64_t>(h->consumed).load(std::memory_order_acquire);
+  uint64_t c = std::atomic_ref<uint64_t>(h->consumed).load(std::memory_order_acquire);
+  // The client releases the end of an element's bytes; its slot ends at the next aligned position
+  // (slots start aligned), where the next slot starts.
+  c = c > ~uint64_t{0} - kAlign ? c : (c + kAlign - 1) / kAlign * kAlign;
   // A client can only claim what was allocated, and never take back what it released.
   if (c > consumed_) consumed_ = std::min(c, head_);
   return consumed_;
