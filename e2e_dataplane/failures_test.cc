@@ -504,6 +504,7 @@ TEST_CASE("kill -9 of a worker streaming through shared memory: no duplicates, t
   REQUIRE(values.size() == 150);
   INFO(service->Logs());
   CHECK(rpc::ShmElementsReceived() > shm_before);  // the rings are in use
+  CHECK(WorkerMetric(*service, 1, "sluice_worker_shm_elements_total") > 0);
   const pid_t victim = service->worker(0).process->pid();
   service->KillWorker(0);
   std::vector<int64_t> rest = ReadAll(*client);

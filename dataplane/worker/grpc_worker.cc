@@ -166,7 +166,11 @@ class ElementStreamReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
         status = absl::CancelledError("the client closed the stream");
       } else {
         status = worker_->StreamElements(*request_, &cancel_, [this, &shm](ElementsResponse& r) {
-          if (shm != nullptr) shm->Divert(r);
+          if (shm != nullptr) {
+            const int64_t diverted = shm->diverted(), fallbacks = shm->fallbacks();
+            shm->Divert(r);
+            worker_->metrics().AddShm(shm->diverted() - diverted, shm->fallbacks() - fallbacks);
+          }
           return Write(r);
         });
       }
