@@ -519,7 +519,7 @@ TEST_CASE("kill -9 of a worker streaming through shared memory: no duplicates, t
   INFO(added.status().ToString());
   REQUIRE(added.ok());
   for (const auto& f : std::filesystem::directory_iterator(shm_dir.path())) {
-    CHECK(f.path().filename().string().rfind(absl::StrCat(rpc::kShmFilePrefix, victim, "-"), 0) != 0);
+    CHECK(f.path().filename().string().rfind(absl::StrCat(rpc::kShmFilePrefix, rpc::ShmPidNamespace(), "-", victim, "-"), 0) != 0);
   }
 }
 

@@ -60,6 +60,14 @@ const std::string& ShmBootId() {
   return *id;
 }
 
+const std::string& ShmPidNamespace() {
+  static const std::string* ns = [] {
+    struct stat st;
+    return new std::string(stat("/proc/self/ns/pid", &st) == 0 ? absl::StrCat(st.st_ino) : "0");
+  }();
+  return *ns;
+}
+
 // ---------------------------------------------------------------- writer
 
 absl::StatusOr<std::unique_ptr<ShmRingWriter>> ShmRingWriter::Create(const std::string& dir, uint64_t data_bytes) {
@@ -72,7 +80,8 @@ absl::StatusOr<std::unique_ptr<ShmRingWriter>> ShmRingWriter::Create(const std::
   std::unique_ptr<ShmRingWriter> w(new ShmRingWriter());
   w->nonce_.assign(random, sizeof(random));
   w->data_bytes_ = data_bytes;
-  w->path_ = absl::StrCat(dir, "/", kShmFilePrefix, getpid(), "-", absl::BytesToHexString(w->nonce_));
+  w->path_ = absl::StrCat(dir, "/", kShmFilePrefix, ShmPidNamespace(), "-", getpid(), "-",
+                          absl::BytesToHexString(w->nonce_));
   const int fd = open(w->path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     return absl::PermissionDeniedError(
@@ -232,7 +241,7 @@ int RemoveStaleShmRings(const std::string& dir) {
     if (name.substr(0, prefix) != kShmFilePrefix) continue;
     std::vector<absl::string_view> parts = absl::StrSplit(name.substr(prefix), '-');
     int pid = 0;
-    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &pid) || pid <= 0) continue;
+    if (parts.size() != 3 || parts[0] != ShmPidNamespace() || !absl::SimpleAtoi(parts[1], &pid) || pid <= 0) continue;
     if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
     if (unlink(absl::StrCat(dir, "/", name).c_str()) == 0) ++removed;
   }

@@ -14,7 +14,8 @@
 // read-only. Positions are monotonic byte counts; a position's bytes are at position % data_bytes.
 // An allocation never wraps: when it does not fit before the end, the end is skipped.
 //
-// The file is 0600, created with O_EXCL under an unguessable name (sluice-shm-<pid>-<32 hex>), and
+// The file is 0600, created with O_EXCL under an unguessable name
+// (sluice-shm-<pid namespace>-<pid>-<32 hex>), and
 // unlinked as soon as the client attached (both sides keep their mappings), or when the writer is
 // destroyed; RemoveStaleShmRings removes those of dead processes (a worker killed before the
 // client attached).
@@ -44,6 +45,9 @@ inline constexpr char kShmFilePrefix[] = "sluice-shm-";
 // client offers it in GetElementsRequest.shm_boot_id; a worker with another boot id (another host)
 // does not create a ring. Read once.
 const std::string& ShmBootId();
+// This process's pid namespace (the inode of /proc/self/ns/pid), which ring file names carry so
+// that start-up cleanup judges only the pids of its own namespace ("0" when unreadable).
+const std::string& ShmPidNamespace();
 
 class ShmRingWriter {
  public:
@@ -123,8 +127,9 @@ class ShmRingReader {
 // benchmarks and tests.
 int64_t ShmElementsReceived();
 
-// Unlinks the ring files in `dir` whose creating process no longer exists (a worker killed before
-// its client attached). Returns how many it removed; files of live processes are left alone.
+// Unlinks the ring files in `dir` whose creating process, in this pid namespace, no longer exists (a
+// worker killed before its client attached). Returns how many it removed; files of live processes
+// and of other pid namespaces (another container sharing the directory) are left alone.
 int RemoveStaleShmRings(const std::string& dir);
 
 }  // namespace sluice::rpc

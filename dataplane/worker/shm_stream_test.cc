@@ -156,13 +156,19 @@ TEST_CASE("shm_stream: a stream that ends removes its ring, start-up removes tho
   if (child == 0) _exit(0);
   REQUIRE(child > 0);
   REQUIRE(waitpid(child, nullptr, 0) == child);
-  const std::string dead = dir.File(absl::StrCat(rpc::kShmFilePrefix, child, "-0123456789abcdef0123456789abcdef"));
-  const std::string live = dir.File(absl::StrCat(rpc::kShmFilePrefix, getpid(), "-0123456789abcdef0123456789abcdef"));
+  auto ring_file = [&](const std::string& ns, pid_t pid) {
+    return dir.File(absl::StrCat(rpc::kShmFilePrefix, ns, "-", pid, "-0123456789abcdef0123456789abcdef"));
+  };
+  const std::string dead = ring_file(rpc::ShmPidNamespace(), child);
+  const std::string live = ring_file(rpc::ShmPidNamespace(), getpid());
+  // Another container sharing the directory: its pids mean nothing here.
+  const std::string foreign = ring_file("1", child);
   const std::string other = dir.File("not-sluice");
-  for (const auto& f : {dead, live, other}) testing::WriteFile(f, "");
+  for (const auto& f : {dead, live, foreign, other}) testing::WriteFile(f, "");
   CHECK(rpc::RemoveStaleShmRings(dir.path().string()) == 1);
   CHECK(!std::filesystem::exists(dead));
   CHECK(std::filesystem::exists(live));
+  CHECK(std::filesystem::exists(foreign));
   CHECK(std::filesystem::exists(other));
 }
 
