@@ -7,6 +7,9 @@
 #include <filesystem>
 
 #include "dataplane/client/element_decoder.h"
+#include "dataplane/client/task_readers.h"
+#include "dataplane/client/testing/fake_dispatcher.h"
+#include "dataplane/client/testing/fake_service_rpc.h"
 #include "dataplane/pipeline/element_codec.h"
 #include "dataplane/rpc/shm_ring.h"
 #include "testing/test_util.h"
@@ -67,7 +70,7 @@ struct Ring {
     std::memcpy(slot->data, bytes.data(), bytes.size());
     return slot->position;
   }
-  testing::TempDir dir;
+  sluice::testing::TempDir dir;
   std::unique_ptr<rpc::ShmRingWriter> writer;
   std::unique_ptr<rpc::ShmRingReader> reader;
 };
@@ -171,7 +174,7 @@ TEST_CASE("client_parser: the stream's shm_ring announcement is handed back") {
 }
 
 TEST_CASE("shm ring: attaching needs the very file the worker announced") {
-  testing::TempDir dir;
+  sluice::testing::TempDir dir;
   auto w = rpc::ShmRingWriter::Create(dir.path().string(), 1 << 20);
   REQUIRE(w.ok());
   const std::string wrong_nonce(16, 'x');
@@ -214,6 +217,84 @@ TEST_CASE("shm ring: allocation never wraps a slot, and stops at what the reader
   // A client cannot claim more than was allocated.
   ring.reader->Release(~uint64_t{0} - 5);
   CHECK(ring.writer->consumed() == ring.writer->allocated());
+}
+
+// ---------------------------------------------------------------- through TaskReaderSet
+
+struct ReaderFixture {
+  ReaderFixture()
+      : queue(ElementQueue::Limits{1 << 20, 64}, [] { return absl::Now(); }, [this] { readers->StopAll(); }) {
+    TaskReaderSet::Options o;
+    o.job_client_id = 7;
+    o.target_workers = service::TARGET_WORKERS_ANY;
+    o.client_host = "trainer";
+    o.initial_backoff = absl::Milliseconds(1);
+    o.max_backoff = absl::Milliseconds(4);
+    readers = std::make_unique<TaskReaderSet>(o, &workers, &queue, BufferPool::Create(8, 1 << 20));
+  }
+  ~ReaderFixture() {
+    readers->StopAll();
+    readers->JoinAll();
+  }
+  std::pair<std::vector<int64_t>, absl::Status> Drain() {
+    std::vector<int64_t> out;
+    while (true) {
+      auto next = queue.Pop(absl::Seconds(30));
+      if (!next.ok()) return {out, next.status()};
+      if (!next->has_value()) return {out, absl::OkStatus()};
+      out.push_back(*(*next)->Find("v")->AsInt64());
+    }
+  }
+  testing::FakeWorkerRpc workers;
+  ElementQueue queue;
+  std::unique_ptr<TaskReaderSet> readers;
+};
+
+service::GetElementsResponse Hello(const std::string& path, uint64_t file_bytes, const std::string& nonce) {
+  service::GetElementsResponse hello;
+  hello.mutable_shm_ring()->set_path(path);
+  hello.mutable_shm_ring()->set_file_bytes(file_bytes);
+  hello.mutable_shm_ring()->set_nonce(nonce);
+  return hello;
+}
+
+TEST_CASE("client_task_readers: a stream's ring is attached, its elements read out of it and released") {
+  sluice::testing::TempDir dir;
+  auto writer = rpc::ShmRingWriter::Create(dir.path().string(), 1 << 20);
+  REQUIRE(writer.ok());
+  ReaderFixture f;
+  f.readers->Update({testing::MakeTask(1, "w1:1")}, false);
+  f.workers.Send(1, Hello((*writer)->path(), (*writer)->file_bytes(), (*writer)->nonce()));
+  REQUIRE(testing::WaitUntil([&] { return (*writer)->Attached(); }));
+  service::GetElementsResponse resp = testing::ValuesResponse({5, 6});  // 6 stays bytes
+  const std::string bytes = resp.elements(0).data();
+  auto slot = (*writer)->Allocate(bytes.size());
+  REQUIRE(slot.has_value());
+  std::memcpy(slot->data, bytes.data(), bytes.size());
+  resp.mutable_elements(0)->clear_data();
+  resp.mutable_elements(0)->set_shm_offset(slot->position);
+  resp.mutable_elements(0)->set_shm_size(bytes.size());
+  resp.set_end_of_sequence(true);
+  f.workers.Send(1, resp);
+  f.readers->Update({testing::MakeTask(1, "w1:1")}, true);
+  auto [values, status] = f.Drain();
+  CHECK(status.ok());
+  CHECK(values == std::vector<int64_t>{5, 6});
+  CHECK((*writer)->consumed() == (*writer)->allocated());
+}
+
+TEST_CASE("client_task_readers: a ring that cannot be attached is not progress - a failing worker is not retried forever") {
+  ReaderFixture f;
+  f.readers->Update({testing::MakeTask(1, "w1:1")}, false);
+  // Another container's /dev/shm: the announced file does not exist here. Then INTERNAL, every time.
+  for (int i = 0; i < 10; ++i) {
+    f.workers.Send(1, Hello("/nonexistent-dir/sluice-shm-1-2-00", 4096 + 4096, std::string(16, 'n')));
+    f.workers.Close(1, absl::InternalError("transport hiccup"));
+  }
+  auto [values, status] = f.Drain();
+  CHECK(values.empty());
+  CHECK(status.code() == absl::StatusCode::kInternal);
+  CHECK(f.workers.streams_opened(1) < 10);
 }
 
 }  // namespace

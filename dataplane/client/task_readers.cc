@@ -224,8 +224,10 @@ void TaskReaderSet::ReaderLoop(Reader* r) {
         parser.set_shm(shm.get());
       }
       std::vector<DecodedElement>& decoded = resp.elements;
-      // Elements decoded before a malformed one are still delivered, then the error.
-      if (bad.ok() || !decoded.empty()) progressed = true;
+      // Elements decoded before a malformed one are still delivered, then the error. (The shared-
+      // memory announcement alone is not progress: a worker failing right after it is retried as
+      // one that sent nothing.)
+      if ((bad.ok() && resp.shm_ring.empty()) || !decoded.empty()) progressed = true;
       if (!decoded.empty()) {
         absl::MutexLock l(&received_mu_);
         received_[r->info.task_id()] += static_cast<int64_t>(decoded.size());
