@@ -162,7 +162,8 @@ class ElementStreamReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     } else {
       // Same host and allowed: large payloads go through a shared-memory ring (shm_stream.h).
       std::unique_ptr<ShmStream> shm = ShmStream::Open(shm_config_, *request_);
-      if (shm != nullptr && !WriteBytes(shm->Hello())) {
+      ElementsResponse hello = shm != nullptr ? shm->Hello() : ElementsResponse();
+      if (shm != nullptr && !Write(hello)) {
         status = absl::CancelledError("the client closed the stream");
       } else {
         status = worker_->StreamElements(*request_, &cancel_, [this, &shm](ElementsResponse& r) {
@@ -207,8 +208,8 @@ class ElementStreamReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   // Queues `response` for writing (starting the write when none is in flight), waiting while
   // kMaxQueuedWrites are queued. False when a write failed (the stream broke or was cancelled).
-  bool Write(const ElementsResponse& response) { return WriteBytes(ToByteBuffer(EncodeElementsResponse(response))); }
-  bool WriteBytes(grpc::ByteBuffer next) {
+  bool Write(const ElementsResponse& response) {
+    grpc::ByteBuffer next = ToByteBuffer(EncodeElementsResponse(response));
     {
       absl::MutexLock lock(&mu_);
       auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return failed_ || queued_.size() < kMaxQueuedWrites; };

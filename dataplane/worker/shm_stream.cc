@@ -53,15 +53,20 @@ std::unique_ptr<ShmStream> ShmStream::Open(const ShmConfig& config, const servic
   return std::make_unique<ShmStream>(*std::move(ring));
 }
 
-grpc::ByteBuffer ShmStream::Hello() const {
-  service::GetElementsResponse hello;
-  service::ShmRing* r = hello.mutable_shm_ring();
-  r->set_path(ring_->path());
-  r->set_file_bytes(ring_->file_bytes());
-  r->set_nonce(ring_->nonce());
-  std::string bytes = hello.SerializeAsString();
-  grpc::Slice slice(bytes);
-  return grpc::ByteBuffer(&slice, 1);
+ElementsResponse ShmStream::Hello() const {
+  service::ShmRing ring;
+  ring.set_path(ring_->path());
+  ring.set_file_bytes(ring_->file_bytes());
+  ring.set_nonce(ring_->nonce());
+  const std::string body = ring.SerializeAsString();
+  auto entry = std::make_shared<ShmEntryElement>();
+  entry->framed.push_back(static_cast<char>((4 << 3) | 2));  // GetElementsResponse.shm_ring
+  PutVarint(&entry->framed, body.size());
+  entry->framed += body;
+  entry->element.framed = entry->framed;
+  ElementsResponse hello;
+  hello.elements.push_back(EncodedElementPtr(entry, &entry->element));
+  return hello;
 }
 
 std::string FrameShmEntry(const EncodedElement& element, uint64_t position) {

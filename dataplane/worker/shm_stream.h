@@ -8,8 +8,6 @@
 #ifndef SLUICE_DATAPLANE_WORKER_SHM_STREAM_H_
 #define SLUICE_DATAPLANE_WORKER_SHM_STREAM_H_
 
-#include <grpcpp/support/byte_buffer.h>
-
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -39,8 +37,10 @@ class ShmStream {
   static std::unique_ptr<ShmStream> Open(const ShmConfig& config, const service::GetElementsRequest& request);
   explicit ShmStream(std::unique_ptr<rpc::ShmRingWriter> ring) : ring_(std::move(ring)) {}
 
-  // The stream's first message: GetElementsResponse{shm_ring}.
-  grpc::ByteBuffer Hello() const;
+  // The stream's first message: GetElementsResponse{shm_ring}, as a response whose one entry is
+  // the shm_ring field, framed (the response encoder sends framed bytes as they are; the client's
+  // parser yields no element for it).
+  ElementsResponse Hello() const;
   // Once the client attached, copies the payload of each element of `response` larger than
   // rpc::kShmMinElementBytes into the ring and replaces the element by its (position, size)
   // entry; elements that do not fit stay as they are.

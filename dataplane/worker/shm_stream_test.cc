@@ -55,12 +55,7 @@ TEST_CASE("shm_stream: after the client attached, large payloads go to the ring,
   auto stream = ShmStream::Open(ShmConfig{dir.path().string(), 1 << 20}, Offer());
   REQUIRE(stream != nullptr);
   // The hello names the ring.
-  service::GetElementsResponse hello;
-  std::vector<grpc::Slice> slices;
-  REQUIRE(stream->Hello().Dump(&slices).ok());
-  std::string hello_bytes;
-  for (const auto& s : slices) hello_bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  REQUIRE(hello.ParseFromString(hello_bytes));
+  const service::GetElementsResponse hello = Parse(stream->Hello());
   CHECK(hello.shm_ring().path() == stream->ring().path());
   CHECK(hello.elements_size() == 0);
 
