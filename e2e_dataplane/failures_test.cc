@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "dataplane/rpc/shm_ring.h"
 #include "e2e_dataplane/e2e_test_util.h"
 #include "testing/test_util.h"
 
@@ -474,6 +476,51 @@ TEST_CASE("SIGTERM of a worker mid-stream: it hands its splits back, exits clean
   INFO("missing: " << MissingRanges(counts, kElements));
   CHECK(static_cast<int64_t>(counts.size()) == kElements);
   CHECK(absl::StrContains(service->Logs(), "input_handed_back=true"));
+}
+
+}  // namespace
+}  // namespace sluice::e2e
+
+namespace sluice::e2e {
+namespace {
+
+// Same-host shared memory (docs/dataservice.md): the client and the workers share a host, so 32 KiB
+// elements come through the workers' rings. kill -9 of a worker mid-stream: the client's reader
+// reconnects as over the socket, the epoch completes without a duplicate, and the victim's rings
+// do not outlive it (unlinked once attached; any other is removed by the next worker's start-up).
+TEST_CASE("kill -9 of a worker streaming through shared memory: no duplicates, the epoch completes, no ring left") {
+  testing::TempDir shm_dir;
+  auto options = TestServiceOptions(/*worker_timeout_ms=*/2000);
+  options.worker_flags = {"--buffer_elements=8", absl::StrCat("--shm_dir=", shm_dir.path().string())};
+  options.worker_flags.insert(options.worker_flags.end(), kLeaseFlags.begin(), kLeaseFlags.end());
+  auto service = StartService(2, options);
+  constexpr int64_t kBig = 600;
+  auto client_options = ClientOptions(service->dispatcher_address(), PaddedRangePipeline(kBig, 20, 4096),
+                                      service::SHARDING_DYNAMIC);
+  client_options.compression = service::COMPRESSION_NONE;
+  auto client = MakeClient(client_options);
+  const int64_t shm_before = rpc::ShmElementsReceived();
+  std::vector<int64_t> values = ReadSome(*client, 150);
+  REQUIRE(values.size() == 150);
+  INFO(service->Logs());
+  CHECK(rpc::ShmElementsReceived() > shm_before);  // the rings are in use
+  CHECK(WorkerMetric(*service, 1, "sluice_worker_shm_elements_total") > 0);
+  const pid_t victim = service->worker(0).process->pid();
+  service->KillWorker(0);
+  std::vector<int64_t> rest = ReadAll(*client);
+  values.insert(values.end(), rest.begin(), rest.end());
+  const auto counts = Counts(values);
+  INFO("received " << values.size() << ", distinct " << counts.size() << "; missing " << MissingRanges(counts, kBig));
+  CHECK(Duplicates(counts) == "");
+  CHECK(BadSplitShapes(counts, 20) == "");
+  CHECK(client->stats().job_finished);
+  // A worker starting on the same directory removes whatever ring the victim left behind.
+  auto added = service->AddWorker();  // with every worker's flags: the same --shm_dir
+  INFO(added.status().ToString());
+  REQUIRE(added.ok());
+  for (const auto& f : std::filesystem::directory_iterator(shm_dir.path())) {
+    CHECK(f.path().filename().string().rfind(absl::StrCat(rpc::kShmFilePrefix, rpc::ShmPidNamespace(), "-", victim, "-"), 0) != 0);
+  }
 }
 
 }  // namespace

@@ -321,6 +321,9 @@ TEST_CASE("DrainAndStopWorkers waits while a client holds the worker's elements 
   o.pipeline = *def;
   o.sharding = service::SHARDING_DYNAMIC;
   o.compression = service::COMPRESSION_NONE;
+  // Over the socket: with same-host shared memory the stream could also hold up to a ring (32 MiB,
+  // about this worker's whole share) in transit, and the worker's buffer might never hold any.
+  o.shared_memory = false;
   o.heartbeat_interval = absl::Milliseconds(100);
   o.max_outstanding_requests = 1;
   o.max_buffered_bytes = 1;  // the client's own buffer holds about one response per worker

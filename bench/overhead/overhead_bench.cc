@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "dataplane/client/data_service_client.h"
 #include "dataplane/pipeline/pipeline.h"
+#include "dataplane/rpc/shm_ring.h"
 
 namespace sluice::bench {
 namespace {
@@ -35,6 +36,12 @@ absl::Status ValidateOptions(const OverheadBenchOptions& o) {
   if (!(o.warmup_seconds >= 0)) {
     return absl::InvalidArgumentError(absl::StrCat("--warmup must be >= 0, got ", o.warmup_seconds));
   }
+  if (o.transports.empty()) return absl::InvalidArgumentError("--transport: give shm, socket or both");
+  for (const std::string& t : o.transports) {
+    if (t != "shm" && t != "socket") {
+      return absl::InvalidArgumentError(absl::StrCat("--transport: '", t, "' is not shm or socket"));
+    }
+  }
   return ParseCompression(o.compression).status();
 }
 
@@ -49,9 +56,9 @@ absl::StatusOr<std::string> ReadSpec(const std::string& path) {
 
 // Reads elements from `next` (which returns false at the end) for the warm-up, then samples the
 // CPU of `pids`, reads for the window and samples again.
-template <typename Next>
+template <typename Next, typename OnStart = void (*)()>
 absl::StatusOr<OverheadSample> Measure(const std::vector<pid_t>& pids, absl::Duration warmup, absl::Duration window,
-                                       Next next) {
+                                       Next next, OnStart on_start = [] {}) {
   const absl::Time warm_until = absl::Now() + warmup;
   while (absl::Now() < warm_until) {
     absl::StatusOr<bool> more = next();
@@ -59,6 +66,7 @@ absl::StatusOr<OverheadSample> Measure(const std::vector<pid_t>& pids, absl::Dur
     if (!*more) return absl::DataLossError("the pipeline ended during the warm-up; give it `repeat: {count: -1}`");
   }
   OverheadSample sample;
+  on_start();
   const std::vector<double> before = SampleCpuSeconds(pids);
   const absl::Time start = absl::Now();
   absl::Time now = start;
@@ -92,22 +100,30 @@ absl::StatusOr<OverheadSample> RunInProcess(const pipeline::PipelineDef& def, co
 }
 
 absl::StatusOr<OverheadSample> RunThroughService(local::LocalDataService& ds, const pipeline::PipelineDef& def,
-                                                 const OverheadBenchOptions& o) {
+                                                 const OverheadBenchOptions& o, const std::string& transport) {
   client::DataServiceClientOptions co;
   co.dispatcher_address = ds.dispatcher_address();
   co.pipeline = def;
   co.sharding = service::SHARDING_OFF;
   co.compression = *ParseCompression(o.compression);
+  co.shared_memory = transport == "shm";
   auto created = client::DataServiceClient::Create(co);
   if (!created.ok()) return created.status();
   std::unique_ptr<client::DataServiceClient> c = *std::move(created);
   const std::vector<pid_t> pids = {ds.dispatcher().process->pid(), ds.worker(0).process->pid(), getpid()};
+  int64_t shm_before = 0;
+  bool started = false;
   auto sample = Measure(pids, absl::Seconds(o.warmup_seconds), absl::Seconds(o.seconds),
                         [&]() -> absl::StatusOr<bool> {
                           auto e = c->GetNext(absl::Seconds(60));
                           if (!e.ok()) return e.status();
                           return e->has_value();
+                        },
+                        [&] {
+                          if (!started) shm_before = rpc::ShmElementsReceived();
+                          started = true;
                         });
+  if (sample.ok()) sample->shm_elements = rpc::ShmElementsReceived() - shm_before;
   c->Cancel();
   return sample;
 }
@@ -186,6 +202,13 @@ nlohmann::json OverheadResultJson(const std::vector<OverheadSample>& in_process,
     breakdown[names[p]] = Round(Median(v) * 1e3, 4);
   }
   out["service_cpu_ms_per_element_by_process"] = std::move(breakdown);
+  int64_t service_elements = 0, shm_elements = 0;
+  for (const auto& s : service) {
+    service_elements += s.elements;
+    shm_elements += s.shm_elements;
+  }
+  // Share of the elements the client copied out of shared memory (the rest came as bytes).
+  out["shm_element_share"] = Round(service_elements > 0 ? static_cast<double>(shm_elements) / service_elements : 0, 3);
   nlohmann::json trials = nlohmann::json::array();
   auto add = [&](const char* side, const OverheadSample& s) {
     trials.push_back({{"side", side},
@@ -201,12 +224,38 @@ nlohmann::json OverheadResultJson(const std::vector<OverheadSample>& in_process,
   return out;
 }
 
+nlohmann::json OverheadTransportsJson(const std::vector<OverheadSample>& in_process,
+                                      const std::vector<std::pair<std::string, std::vector<OverheadSample>>>& service,
+                                      double target, const nlohmann::json& extra) {
+  nlohmann::json out;
+  nlohmann::json by_transport = nlohmann::json::object();
+  for (const auto& [name, samples] : service) {
+    nlohmann::json one = OverheadResultJson(in_process, samples, target, {});
+    if (out.is_null()) {
+      out = one;
+      out["transport"] = name;
+    }
+    one.erase("benchmark");
+    one.erase("target_overhead");
+    by_transport[name] = std::move(one);
+  }
+  if (out.is_null()) out = OverheadResultJson(in_process, {}, target, {});
+  out["transports"] = std::move(by_transport);
+  for (const auto& [key, value] : extra.items()) out[key] = value;
+  return out;
+}
+
 void AddOverheadBenchFlags(CLI::App* app, OverheadBenchOptions& o) {
   app->add_option("--pipeline", o.pipeline_file, "pipeline spec (default: a synthetic decode-like image pipeline)");
   app->add_option("--rounds", o.rounds, "rounds; each runs both sides, in alternating order")->capture_default_str();
   app->add_option("--seconds", o.seconds, "measured seconds per side and round")->capture_default_str();
   app->add_option("--warmup", o.warmup_seconds, "unmeasured seconds before each window")->capture_default_str();
   app->add_option("--compression", o.compression, "the job's compression: none|auto|lz4|zstd")->capture_default_str();
+  app->add_option("--transport", o.transports,
+                  "service side's transports, measured in turn (comma-separated): shm (same-host shared memory), "
+                  "socket (gRPC bytes only); the first is the headline")
+      ->delimiter(',')
+      ->capture_default_str();
   app->add_option("--bin_dir", o.bin_dir, "directory of sluice-dispatcher and sluice-worker (default: this binary's)");
   app->add_flag("--keep_logs", o.keep_logs, "keep the processes' logs");
 }
@@ -226,28 +275,33 @@ int RunOverheadBenchmark(const OverheadBenchOptions& o, std::ostream& out, std::
   if (!ds.ok()) return Fail(err, ds.status(), *log_dir);
   if (absl::Status s = AddBenchWorker(**ds); !s.ok()) return Fail(err, s, *log_dir);
 
-  std::vector<OverheadSample> in_process, service;
+  std::vector<OverheadSample> in_process;
+  std::vector<std::pair<std::string, std::vector<OverheadSample>>> service;
+  for (const std::string& t : o.transports) service.emplace_back(t, std::vector<OverheadSample>());
+  // Each round runs in-process and then every transport; odd rounds in the reverse order (ABBA).
+  const int sides = 1 + static_cast<int>(service.size());
   for (int round = 0; round < o.rounds; ++round) {
-    for (int side = 0; side < 2; ++side) {
-      const bool service_side = (side == 0) == (round % 2 == 1);  // ABBA against drift
+    for (int k = 0; k < sides; ++k) {
+      const int side = round % 2 == 0 ? k : sides - 1 - k;  // 0: in-process, i: service[i - 1]
+      const bool service_side = side > 0;
+      const std::string label = service_side ? "service/" + service[side - 1].first : "in-process";
       if (absl::Status s = (*ds)->WaitForJobsFinished(absl::Seconds(30)); !s.ok()) return Fail(err, s, *log_dir);
-      auto sample = service_side ? RunThroughService(**ds, *def, o) : RunInProcess(*def, o);
+      auto sample = service_side ? RunThroughService(**ds, *def, o, service[side - 1].first) : RunInProcess(*def, o);
       if (!sample.ok()) {
         return Fail(err,
-                    absl::Status(sample.status().code(), absl::StrCat(service_side ? "service" : "in-process",
-                                                                      " side: ", sample.status().message())),
+                    absl::Status(sample.status().code(), absl::StrCat(label, " side: ", sample.status().message())),
                     *log_dir);
       }
-      err << absl::StrFormat("overhead: round %d/%d %-10s %8.1f elements/s  %.4f CPU ms/element", round + 1,
-                             o.rounds, service_side ? "service" : "in-process",
-                             sample->seconds > 0 ? sample->elements / sample->seconds : 0,
+      err << absl::StrFormat("overhead: round %d/%d %-15s %8.1f elements/s  %.4f CPU ms/element", round + 1,
+                             o.rounds, label, sample->seconds > 0 ? sample->elements / sample->seconds : 0,
                              sample->cpu_per_element() * 1e3);
       if (service_side) {
-        err << absl::StrFormat("  (dispatcher %.3f s, worker %.3f s, client %.3f s)", sample->process_cpu_seconds[0],
-                               sample->process_cpu_seconds[1], sample->process_cpu_seconds[2]);
+        err << absl::StrFormat("  (dispatcher %.3f s, worker %.3f s, client %.3f s; %d of %d elements via shm)",
+                               sample->process_cpu_seconds[0], sample->process_cpu_seconds[1],
+                               sample->process_cpu_seconds[2], sample->shm_elements, sample->elements);
       }
       err << std::endl;
-      (service_side ? service : in_process).push_back(*std::move(sample));
+      (service_side ? service[side - 1].second : in_process).push_back(*std::move(sample));
     }
   }
   const MachineInfo machine_after = ReadMachineInfo();
@@ -257,9 +311,11 @@ int RunOverheadBenchmark(const OverheadBenchOptions& o, std::ostream& out, std::
                                            : o.pipeline_file},
       {"pipeline_name", def->name()},
       {"compression", o.compression},
+      {"transport_order", o.transports},
       {"mode", "in-process: the pipeline engine in the benchmark process; service: sluice-dispatcher + 1 "
-               "sluice-worker processes, client in the benchmark process; CPU from /proc/<pid>/stat between two "
-               "samples after the warm-up"},
+               "sluice-worker processes, client in the benchmark process, once per transport (shm: payloads "
+               "through the worker's same-host shared-memory ring; socket: bytes on the gRPC stream); CPU from "
+               "/proc/<pid>/stat between two samples after the warm-up"},
       {"rounds", o.rounds},
       {"seconds_per_window", o.seconds},
       {"warmup_seconds", o.warmup_seconds},
@@ -268,7 +324,7 @@ int RunOverheadBenchmark(const OverheadBenchOptions& o, std::ostream& out, std::
   };
   StopBenchService(*ds);
   if (!o.keep_logs) RemoveLogDir(*log_dir);
-  out << OverheadResultJson(in_process, service, kTargetOverhead, extra).dump() << std::endl;
+  out << OverheadTransportsJson(in_process, service, kTargetOverhead, extra).dump() << std::endl;
   return 0;
 }
 

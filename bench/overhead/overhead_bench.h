@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -33,6 +34,10 @@ struct OverheadBenchOptions {
   // The job's compression: none|auto|lz4|zstd. none measures the cost of serving itself; auto (the
   // client's default) adds LZ4 wherever a sample compresses, which trades CPU for network bytes.
   std::string compression = "none";
+  // The service side once per transport, each against the same in-process side: shm (the client
+  // lets a same-host worker send payloads through shared memory; the default) and socket (the
+  // client asks for bytes on the gRPC stream only). The first is the headline `overhead`.
+  std::vector<std::string> transports = {"shm", "socket"};
   std::string bin_dir;            // sluice-dispatcher, sluice-worker (default: next to this binary)
   bool keep_logs = false;
 };
@@ -50,6 +55,7 @@ struct OverheadSample {
   double seconds = 0;
   double cpu_seconds = 0;                   // all processes of the side
   std::vector<double> process_cpu_seconds;  // in-process: {this}; service: {dispatcher, worker, client}
+  int64_t shm_elements = 0;                 // service: elements the client copied out of shared memory
   double cpu_per_element() const { return elements > 0 ? cpu_seconds / static_cast<double>(elements) : 0; }
 };
 
@@ -59,6 +65,11 @@ struct OverheadSample {
 nlohmann::json OverheadResultJson(const std::vector<OverheadSample>& in_process,
                                   const std::vector<OverheadSample>& service, double target,
                                   const nlohmann::json& extra);
+// One run with several transports: the first transport's OverheadResultJson at the top level
+// (plus "transport"), and every transport's under "transports".<name>.
+nlohmann::json OverheadTransportsJson(const std::vector<OverheadSample>& in_process,
+                                      const std::vector<std::pair<std::string, std::vector<OverheadSample>>>& service,
+                                      double target, const nlohmann::json& extra);
 
 }  // namespace sluice::bench
 

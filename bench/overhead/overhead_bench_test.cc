@@ -1,5 +1,7 @@
 #include "bench/overhead/overhead_bench.h"
 
+#include <unistd.h>
+
 #include <sstream>
 
 #include <catch2/catch.hpp>
@@ -53,6 +55,24 @@ TEST_CASE("OverheadResultJson divides the medians of CPU per element, and breaks
   CHECK(OverheadResultJson({Sample(0, 1, {1})}, remote, 0.1, {})["overhead"] == 0);
 }
 
+TEST_CASE("OverheadTransportsJson heads with the first transport and lists every one") {
+  std::vector<OverheadSample> local = {Sample(100, 1.0, {1.0})};
+  OverheadSample shm = Sample(100, 1.1, {0.01, 0.99, 0.1});
+  shm.shm_elements = 100;
+  std::vector<std::pair<std::string, std::vector<OverheadSample>>> service = {
+      {"shm", {shm}}, {"socket", {Sample(100, 1.5, {0.01, 1.29, 0.2})}}};
+  auto j = OverheadTransportsJson(local, service, 0.1, {{"pipeline", "test"}});
+  CHECK(j["benchmark"] == "overhead");
+  CHECK(j["transport"] == "shm");
+  CHECK(j["overhead"].get<double>() == Approx(0.1));
+  CHECK(j["shm_element_share"].get<double>() == Approx(1.0));
+  CHECK(j["transports"]["shm"]["overhead"].get<double>() == Approx(0.1));
+  CHECK(j["transports"]["socket"]["overhead"].get<double>() == Approx(0.5));
+  CHECK(j["transports"]["socket"]["shm_element_share"].get<double>() == 0);
+  CHECK(j["transports"]["socket"]["service_cpu_ms_per_element_by_process"]["client"].get<double>() == Approx(2));
+  CHECK(j["pipeline"] == "test");
+}
+
 TEST_CASE("The built-in overhead pipeline parses and runs") {
   auto def = ParseBenchPipeline(DefaultOverheadPipeline(), "overhead");
   REQUIRE(def.ok());
@@ -81,6 +101,10 @@ TEST_CASE("Invalid overhead options and pipelines fail before any process starts
   o.compression = "gzip";
   CHECK(RunOverheadBenchmark(o, out, err) == 1);
   CHECK(err.str().find("--compression") != std::string::npos);
+  o = OverheadBenchOptions();
+  o.transports = {"shm", "carrier-pigeon"};
+  CHECK(RunOverheadBenchmark(o, out, err) == 1);
+  CHECK(err.str().find("--transport: 'carrier-pigeon'") != std::string::npos);
   o = OverheadBenchOptions();
   o.pipeline_file = "/nonexistent/pipeline.yaml";
   CHECK(RunOverheadBenchmark(o, out, err) == 1);
@@ -112,6 +136,13 @@ TEST_CASE("A tiny overhead run prints a JSON last line with positive CPU numbers
   CHECK(j["trials"].size() == 2);
   CHECK(j["rounds"] == 1);
   CHECK(j["compression"] == "none");
+  // Both transports were measured; the socket side never touched shared memory, and with a
+  // writable /dev/shm the shm side did (602 KB elements are far above the 16 KiB floor).
+  CHECK(j["transport"] == "shm");
+  REQUIRE(j["transports"].contains("socket"));
+  CHECK(j["transports"]["socket"]["service_cpu_ms_per_element"].get<double>() > 0);
+  CHECK(j["transports"]["socket"]["shm_element_share"].get<double>() == 0);
+  if (access("/dev/shm", W_OK) == 0) CHECK(j["transports"]["shm"]["shm_element_share"].get<double>() > 0);
 }
 
 }  // namespace

@@ -49,8 +49,10 @@ absl::Status ValidateOptions(const TransferBenchOptions& o) {
 
 // Reads a fresh anonymous job of `def` for the window; counts the `data` tensors' bytes.
 absl::StatusOr<Throughput> ReadSluice(const std::string& dispatcher, const pipeline::PipelineDef& def,
-                                      service::Compression compression, const ReadWindow& window) {
+                                      service::Compression compression, const ReadWindow& window,
+                                      bool shared_memory) {
   client::DataServiceClientOptions o;
+  o.shared_memory = shared_memory;
   o.dispatcher_address = dispatcher;
   o.pipeline = def;
   o.sharding = service::SHARDING_OFF;
@@ -192,6 +194,21 @@ nlohmann::json TransferResultJson(const std::vector<TransferSizeResult>& sizes, 
                         {"grpc_gbps_trials", nlohmann::json::array()}};
     for (double v : s.sluice_gbps) d["sluice_gbps_trials"].push_back(Round(v, 3));
     for (double v : s.grpc_gbps) d["grpc_gbps_trials"].push_back(Round(v, 3));
+    if (!s.shm_gbps.empty()) {
+      const double shm_cpu = Median(s.shm_server_cpu_per_gb) + Median(s.shm_client_cpu_per_gb);
+      out["shm_ratio_" + label] = Round(PairedRatio(s.shm_gbps, s.grpc_gbps), 3);
+      out["sluice_shm_gbps_" + label] = Round(Median(s.shm_gbps), 3);
+      out["sluice_shm_gb_per_cpu_s_" + label] = Round(GbPerCpuSecond(shm_cpu), 3);
+      out["shm_cpu_cost_ratio_" + label] = Round(Ratio(shm_cpu, grpc_cpu), 3);
+      d["shm_ratio"] = out["shm_ratio_" + label];
+      d["sluice_shm_gbps"] = Round(Median(s.shm_gbps), 3);
+      d["sluice_shm_gbps_spread"] = Round(Spread(s.shm_gbps), 3);
+      d["sluice_shm_gb_per_cpu_s"] = Round(GbPerCpuSecond(shm_cpu), 3);
+      d["sluice_shm_worker_cpu_s_per_gb"] = Round(Median(s.shm_server_cpu_per_gb), 3);
+      d["sluice_shm_client_cpu_s_per_gb"] = Round(Median(s.shm_client_cpu_per_gb), 3);
+      d["sluice_shm_gbps_trials"] = nlohmann::json::array();
+      for (double v : s.shm_gbps) d["sluice_shm_gbps_trials"].push_back(Round(v, 3));
+    }
     details.push_back(std::move(d));
   }
   out["target_ratio"] = target;
@@ -211,6 +228,10 @@ void AddTransferBenchFlags(CLI::App* app, TransferBenchOptions& o) {
   app->add_option("--compression", o.compression, "the Sluice job's compression: none|auto|lz4|zstd")->capture_default_str();
   app->add_option("--bin_dir", o.bin_dir, "directory of sluice-dispatcher and sluice-worker (default: this binary's)");
   app->add_flag("--keep_logs", o.keep_logs, "keep the processes' logs");
+  app->add_flag("--shm_side,!--no_shm_side", o.shm_side,
+                "also measure Sluice with same-host shared memory (shm_ratio_*; the headline ratio_* is over the "
+                "socket)")
+      ->capture_default_str();
   app->add_flag("--serve_raw_grpc", o.serve_raw_grpc, "internal: run as the raw gRPC server")->group("");
   app->add_option("--raw_port", o.raw_port, "internal: the raw gRPC server's port")->group("");
 }
@@ -258,27 +279,39 @@ int RunTransferBenchmark(const TransferBenchOptions& o) {
     raw_window.cpu_pids = {(*raw_server)->pid(), getpid()};
     TransferSizeResult r;
     r.element_bytes = size;
+    // Sides: 0 raw gRPC, 1 Sluice over the socket, 2 Sluice with shared memory; odd trials in the
+    // reverse order (ABBA against drift).
+    const int sides = o.shm_side ? 3 : 2;
     for (int trial = 0; trial < o.trials; ++trial) {
-      for (int side = 0; side < 2; ++side) {
-        const bool sluice_side = (side == 0) == (trial % 2 == 1);  // ABBA order against drift
+      for (int k = 0; k < sides; ++k) {
+        const int side = trial % 2 == 0 ? k : sides - 1 - k;
+        const bool sluice_side = side > 0;
+        const bool shm = side == 2;
+        const char* name = side == 0 ? "grpc" : shm ? "sluice-shm" : "sluice";
         if (absl::Status s = (*ds)->WaitForJobsFinished(absl::Seconds(20)); !s.ok()) return Fail(s, *log_dir);
-        auto t = sluice_side ? ReadSluice((*ds)->dispatcher_address(), *def, compression, sluice_window)
+        auto t = sluice_side ? ReadSluice((*ds)->dispatcher_address(), *def, compression, sluice_window, shm)
                              : ReadRawStream(raw_address, raw_request, raw_window);
         if (!t.ok()) {
-          return Fail(absl::Status(t.status().code(), absl::StrCat(sluice_side ? "Sluice" : "raw gRPC", " read of ",
+          return Fail(absl::Status(t.status().code(), absl::StrCat(sluice_side ? name : "raw gRPC", " read of ",
                                                                    SizeLabel(size), " elements failed: ",
                                                                    t.status().message())),
                       *log_dir);
         }
         const double server_cpu = CpuSecondsPerGb(t->cpu_seconds[0], t->bytes);
         const double client_cpu = CpuSecondsPerGb(t->cpu_seconds[1], t->bytes);
-        (sluice_side ? r.sluice_gbps : r.grpc_gbps).push_back(t->gbps());
-        (sluice_side ? r.sluice_server_cpu_per_gb : r.grpc_server_cpu_per_gb).push_back(server_cpu);
-        (sluice_side ? r.sluice_client_cpu_per_gb : r.grpc_client_cpu_per_gb).push_back(client_cpu);
-        if (sluice_side) r.sluice_elements_per_second.push_back(t->elements_per_second());
-        std::printf("transfer: %-5s trial %d/%d %-7s %7.3f GB/s %9.0f elements/s  CPU s/GB: server %.3f client %.3f\n",
-                    SizeLabel(size).c_str(), trial + 1, o.trials, sluice_side ? "sluice" : "grpc", t->gbps(),
-                    t->elements_per_second(), server_cpu, client_cpu);
+        if (shm) {
+          r.shm_gbps.push_back(t->gbps());
+          r.shm_server_cpu_per_gb.push_back(server_cpu);
+          r.shm_client_cpu_per_gb.push_back(client_cpu);
+        } else {
+          (sluice_side ? r.sluice_gbps : r.grpc_gbps).push_back(t->gbps());
+          (sluice_side ? r.sluice_server_cpu_per_gb : r.grpc_server_cpu_per_gb).push_back(server_cpu);
+          (sluice_side ? r.sluice_client_cpu_per_gb : r.grpc_client_cpu_per_gb).push_back(client_cpu);
+          if (sluice_side) r.sluice_elements_per_second.push_back(t->elements_per_second());
+        }
+        std::printf("transfer: %-5s trial %d/%d %-10s %7.3f GB/s %9.0f elements/s  CPU s/GB: server %.3f client %.3f\n",
+                    SizeLabel(size).c_str(), trial + 1, o.trials, name, t->gbps(), t->elements_per_second(),
+                    server_cpu, client_cpu);
         std::fflush(stdout);
       }
     }
@@ -292,6 +325,9 @@ int RunTransferBenchmark(const TransferBenchOptions& o) {
                    "back to back from OnWriteDone; client parses on gRPC's thread into a 4-message queue the "
                    "consumer thread pops"},
       {"compression", o.compression},
+      {"sluice_transport", "ratio_* and sluice_*: Sluice over the gRPC socket (client shared_memory off), as the "
+                           "baseline has no shared memory; shm_* and sluice_shm_*: Sluice with same-host shared "
+                           "memory (payloads > 16 KiB through the worker's ring; 1 KiB elements stay on the socket)"},
       {"trials", o.trials},
       {"seconds_per_trial", o.seconds},
       {"upstream_reference_gbps", kUpstreamReferenceGbps},

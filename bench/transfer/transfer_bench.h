@@ -32,6 +32,10 @@ struct TransferBenchOptions {
   double warmup_seconds = 0.4;    // not measured, after the first pass over the cached elements
   int64_t cache_bytes = int64_t{32} << 20;  // distinct pre-made elements per size (both sides)
   std::string compression = "none";         // the Sluice job's compression: none|auto|lz4|zstd
+  // The Sluice side the baseline is compared with (ratio_*) reads over the socket (the client's
+  // shared_memory off): the raw gRPC baseline has no shared memory. With shm_side, a third side
+  // reads with same-host shared memory (shm_ratio_*), in the same ABBA alternation.
+  bool shm_side = true;
   std::string bin_dir;            // sluice-dispatcher, sluice-worker (default: next to this binary)
   bool keep_logs = false;
   // Hidden: run as the raw gRPC server process instead.
@@ -53,6 +57,8 @@ struct TransferSizeResult {
   // process (the client). Less sensitive to a noisy machine than throughput.
   std::vector<double> sluice_server_cpu_per_gb, grpc_server_cpu_per_gb;
   std::vector<double> sluice_client_cpu_per_gb, grpc_client_cpu_per_gb;
+  // The Sluice side with same-host shared memory (empty without TransferBenchOptions::shm_side).
+  std::vector<double> shm_gbps, shm_server_cpu_per_gb, shm_client_cpu_per_gb;
 };
 
 // CPU seconds per GB of payload; 0 when nothing was transferred.
@@ -72,7 +78,8 @@ double Spread(const std::vector<double>& values);
 // grpc_gbps_<label>, cpu_cost_ratio_<label> (Sluice's server+client CPU per GB over raw gRPC's)
 // and sluice_/grpc_gb_per_cpu_s_<label> (payload GB per CPU-second of server and client);
 // meets_target when every size of 100 KiB or more reaches `target` and every smaller one
-// `small_target`.
+// `small_target`. All of these are the socket Sluice side's; with shm trials, shm_ratio_<label>,
+// sluice_shm_gbps_<label>, sluice_shm_gb_per_cpu_s_<label> and shm_cpu_cost_ratio_<label> beside.
 nlohmann::json TransferResultJson(const std::vector<TransferSizeResult>& sizes, double target, double small_target,
                                   const nlohmann::json& extra);
 

@@ -85,6 +85,21 @@ TEST_CASE("TransferResultJson has the flat keys and judges small sizes against t
   CHECK(j["sizes"][2]["sluice_worker_cpu_s_per_gb"].get<double>() == Approx(0.6));
   CHECK(j["sizes"].size() == 3);
   CHECK(j["sizes"][2]["sluice_gbps_trials"].size() == 2);
+  CHECK(!j.contains("shm_ratio_1m"));  // no shared-memory trials
+
+  // Shared-memory trials are reported beside the socket side, which stays the headline.
+  sizes[2].shm_gbps = {3.0, 3.0};
+  sizes[2].shm_server_cpu_per_gb = {0.3, 0.3};
+  sizes[2].shm_client_cpu_per_gb = {0.2, 0.2};
+  auto k = TransferResultJson(sizes, 0.8, 0.15, {});
+  CHECK(k["ratio_1m"].get<double>() == Approx(0.9));
+  CHECK(k["shm_ratio_1m"].get<double>() == Approx(1.5));
+  CHECK(k["sluice_shm_gbps_1m"].get<double>() == Approx(3.0));
+  CHECK(k["sluice_shm_gb_per_cpu_s_1m"].get<double>() == Approx(2.0));
+  CHECK(k["shm_cpu_cost_ratio_1m"].get<double>() == Approx(0.5 / 0.9).margin(0.001));
+  CHECK(k["sizes"][2]["sluice_shm_gbps_trials"].size() == 2);
+  CHECK(!k.contains("shm_ratio_1k"));
+  sizes[2].shm_gbps.clear();
 
   sizes[2].sluice_gbps = {1.0, 1.0};
   CHECK(TransferResultJson(sizes, 0.8, 0.15, {})["meets_target"] == false);
@@ -116,6 +131,9 @@ TEST_CASE("The transfer flags parse") {
   CHECK(o.sizes == std::vector<int64_t>{2048});
   CHECK(o.trials == 3);
   CHECK(o.compression == "lz4");
+  CHECK(o.shm_side);
+  app.parse("--no_shm_side", false);
+  CHECK(!o.shm_side);
 }
 
 }  // namespace

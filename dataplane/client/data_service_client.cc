@@ -21,6 +21,18 @@
 #include "dataplane/rpc/credentials.h"
 
 namespace sluice::client {
+namespace {
+
+// SLUICE_SHARED_MEMORY=0 (or false/off) turns same-host shared memory off for every client of the
+// process (e.g. from Python, without a code change).
+bool SharedMemoryDisabledByEnvironment() {
+  const char* env = std::getenv("SLUICE_SHARED_MEMORY");
+  if (env == nullptr) return false;
+  const std::string v(env);
+  return v == "0" || v == "false" || v == "off" || v == "no";
+}
+
+}  // namespace
 
 std::string ResolveClientHost(const std::string& configured) {
   if (!configured.empty()) return configured;
@@ -247,6 +259,7 @@ absl::Status DataServiceClient::Impl::Start() {
     ro.compression = opts_.compression;
     ro.max_elements_per_response = opts_.max_elements_per_response;
     ro.max_element_bytes = opts_.max_element_bytes;
+    ro.shared_memory = opts_.shared_memory && !SharedMemoryDisabledByEnvironment();
     ro.initial_backoff = opts_.initial_backoff;
     ro.max_backoff = opts_.max_backoff;
     readers_ = std::make_unique<TaskReaderSet>(ro, workers_.get(), &queue_, buffers_);

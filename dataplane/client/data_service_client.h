@@ -82,6 +82,10 @@ struct DataServiceClientOptions {
   int max_outstanding_requests = kDefaultMaxOutstandingRequests;
   int max_elements_per_response = 0;                  // 0: the worker's default packing
   uint64_t max_element_bytes = uint64_t{1} << 30;     // a larger declared element is rejected
+  // Same-host workers send large elements through shared memory when both sides can reach the
+  // worker's ring (docs/dataservice.md, "Same-host shared memory"). false, or the environment
+  // variable SLUICE_SHARED_MEMORY=0: always over the socket.
+  bool shared_memory = true;
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   absl::Duration initial_backoff = absl::Milliseconds(100);
   absl::Duration max_backoff = absl::Seconds(5);

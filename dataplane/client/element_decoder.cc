@@ -183,6 +183,24 @@ char* ResponseParser::Allocate(size_t size, std::shared_ptr<const void>* owner) 
   return chunk_.get() + at;
 }
 
+std::string ResponseParser::TakeAligned(size_t n) {
+  // A buffer of its own (from the pool when there is one), written once: no zero-filling.
+  std::string buffer = pool_ != nullptr ? pool_->Take() : std::string();
+  buffer.clear();
+  buffer.reserve(n + kAlign);
+  const size_t pad = (kAlign - reinterpret_cast<uintptr_t>(buffer.data()) % kAlign) % kAlign;
+  buffer.append(pad, '\0');
+  return buffer;
+}
+
+char* ResponseParser::Adopt(std::string buffer, size_t pad, std::shared_ptr<const void>* owner) {
+  std::shared_ptr<const std::string> shared =
+      pool_ != nullptr ? pool_->Adopt(std::move(buffer)) : std::make_shared<const std::string>(std::move(buffer));
+  char* data = const_cast<char*>(shared->data()) + pad;
+  *owner = std::move(shared);
+  return data;
+}
+
 absl::Status ResponseParser::Parse(const grpc::ByteBuffer& message, ParsedResponse* out) {
   SliceReader r(message);
   auto bad = [&](absl::string_view what) {
@@ -198,6 +216,13 @@ absl::Status ResponseParser::Parse(const grpc::ByteBuffer& message, ParsedRespon
       out->end_of_sequence = v != 0;
       continue;
     }
+    if (field == 4 && wire_type == 2) {  // shm_ring
+      uint64_t n;
+      if (!r.Varint(&n) || n > r.total() - r.pos() || n > 4096) return bad("truncated or oversized shm_ring");
+      out->shm_ring.clear();
+      if (!r.Append(&out->shm_ring, n)) return bad("truncated shm_ring");
+      continue;
+    }
     if (field != 1 || wire_type != 2) {
       if (!SkipField(r, wire_type)) return bad(absl::StrCat("cannot skip field ", field, " of wire type ", wire_type));
       continue;
@@ -209,7 +234,7 @@ absl::Status ResponseParser::Parse(const grpc::ByteBuffer& message, ParsedRespon
     char* data = nullptr;
     size_t data_size = 0;
     std::shared_ptr<const void> owner;
-    uint64_t compression = 0, uncompressed_size = 0;
+    uint64_t compression = 0, uncompressed_size = 0, shm_offset = 0, shm_size = 0;
     while (r.pos() < end) {
       uint64_t k;
       if (!r.Varint(&k)) return bad("truncated ElementData field key");
@@ -239,6 +264,10 @@ absl::Status ResponseParser::Parse(const grpc::ByteBuffer& message, ParsedRespon
           data = const_cast<char*>(shared->data()) + pad;
           owner = std::move(shared);
         }
+      } else if (f == 5 && wt == 0) {
+        if (!r.Varint(&shm_offset)) return bad("truncated shm_offset");
+      } else if (f == 6 && wt == 0) {
+        if (!r.Varint(&shm_size)) return bad("truncated shm_size");
       } else if (f == 2 && wt == 0) {
         if (!r.Varint(&compression)) return bad("truncated compression");
       } else if (f == 3 && wt == 0) {
@@ -248,6 +277,22 @@ absl::Status ResponseParser::Parse(const grpc::ByteBuffer& message, ParsedRespon
       }
     }
     if (r.pos() != end) return bad("ElementData fields run past its length");
+    if (shm_size > 0) {  // the bytes are in the shared-memory ring: copied out once, then released
+      if (data_size > 0) return bad("ElementData has both data and shm_size");
+      if (shm_ == nullptr) return bad("ElementData.shm_size is set but this stream has no shared-memory ring");
+      if (shm_size > max_element_bytes_) {
+        return bad(absl::StrCat("ElementData.shm_size ", shm_size, " is above the client's max_element_bytes ",
+                                max_element_bytes_));
+      }
+      absl::StatusOr<absl::string_view> bytes = shm_->View(shm_offset, shm_size);
+      if (!bytes.ok()) return bytes.status();
+      std::string buffer = TakeAligned(shm_size);
+      const size_t pad = buffer.size();
+      buffer.append(bytes->data(), bytes->size());
+      shm_->Release(shm_offset + shm_size);
+      data_size = shm_size;
+      data = Adopt(std::move(buffer), pad, &owner);
+    }
     if (uncompressed_size > max_element_bytes_) {
       return bad(absl::StrCat("element declares uncompressed_size ", uncompressed_size,
                               " bytes, above the client's max_element_bytes ", max_element_bytes_,

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "dataplane/client/buffer_pool.h"
 #include "dataplane/pipeline/tensor.h"
+#include "dataplane/rpc/shm_ring.h"
 #include "dataservice.pb.h"
 
 namespace sluice::client {
@@ -36,6 +37,7 @@ absl::StatusOr<DecodedElement> DecodeElementData(service::ElementData& data, uin
 struct ParsedResponse {
   std::vector<DecodedElement> elements;
   bool end_of_sequence = false;
+  std::string shm_ring;  // a serialized ShmRing: the worker offers its shared-memory ring
 };
 
 // Reads GetElementsResponse messages straight from gRPC's received slices, without protobuf:
@@ -57,17 +59,26 @@ class ResponseParser {
       : max_element_bytes_(max_element_bytes), pool_(std::move(pool)) {}
 
   absl::Status Parse(const grpc::ByteBuffer& message, ParsedResponse* out);
+  // The stream's shared-memory ring (dataplane/rpc/shm_ring.h; may be null, must outlive the
+  // parsing): elements with ElementData.shm_size are copied out of it once, then released to the
+  // worker. Without a ring such an element is an error.
+  void set_shm(rpc::ShmRingReader* ring) { shm_ = ring; }
 
  private:
   // Room for `size` (<= kMaxChunkedElementBytes) bytes in the chunk at a 64-byte aligned address,
   // and the owner that keeps them alive.
   char* Allocate(size_t size, std::shared_ptr<const void>* owner);
+  // A buffer with room for `n` bytes after padding (its size) to a 64-byte aligned address; and
+  // the buffer made shared (pooled), returning where its bytes start.
+  std::string TakeAligned(size_t n);
+  char* Adopt(std::string buffer, size_t pad, std::shared_ptr<const void>* owner);
 
   const uint64_t max_element_bytes_;
   const std::shared_ptr<BufferPool> pool_;
   std::shared_ptr<char[]> chunk_;
   size_t chunk_used_ = 0;
   std::string scratch_;  // compressed bytes
+  rpc::ShmRingReader* shm_ = nullptr;
 };
 
 }  // namespace sluice::client

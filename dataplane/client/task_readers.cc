@@ -1,5 +1,6 @@
 #include "dataplane/client/task_readers.h"
 
+#include <atomic>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,30 @@
 #include "dataplane/client/task_selection.h"
 
 namespace sluice::client {
+namespace {
+
+// The worker's shared-memory ring announced on a stream, or null when it cannot be attached (the
+// worker's /dev/shm is not this process's: another container or pod; another user): the worker
+// then keeps sending bytes, since it uses the ring only once this side attached. Logged once per
+// process at info, later at debug.
+std::unique_ptr<rpc::ShmRingReader> AttachShmRing(const std::string& serialized, const std::string& where) {
+  static std::atomic<bool> logged{false};
+  service::ShmRing ring;
+  absl::StatusOr<std::unique_ptr<rpc::ShmRingReader>> reader =
+      ring.ParseFromString(serialized) ? rpc::ShmRingReader::Attach(ring.path(), ring.file_bytes(), ring.nonce())
+                                       : absl::InvalidArgumentError("shm_ring does not parse");
+  if (reader.ok()) return *std::move(reader);
+  const char* what = "worker's shared memory not reachable; reading its elements over the socket";
+  const std::string error(reader.status().message());
+  if (!logged.exchange(true)) {
+    SLUICE_LOG(Info, what).With("stream", where).With("error", error);
+  } else {
+    SLUICE_LOG(Debug, what).With("stream", where).With("error", error);
+  }
+  return nullptr;
+}
+
+}  // namespace
 
 TaskReaderSet::TaskReaderSet(Options options, WorkerRpc* workers, ElementQueue* queue,
                              std::shared_ptr<BufferPool> buffers)
@@ -168,11 +193,13 @@ void TaskReaderSet::ReaderLoop(Reader* r) {
     req.set_consumer_index(-1);
     req.set_max_elements(opts_.max_elements_per_response);
     req.set_compression(opts_.compression);
+    if (opts_.shared_memory) req.set_shm_boot_id(rpc::ShmBootId());
     std::unique_ptr<ElementStream> stream = workers_->GetElements(r->info.worker_address(), req, call);
 
     bool end_of_sequence = false;
     bool progressed = false;
     absl::Status bad;
+    std::unique_ptr<rpc::ShmRingReader> shm;  // the worker's ring, once announced and attached
     // Copies each element's bytes once out of gRPC's slices, small ones into shared chunks.
     ResponseParser parser(opts_.max_element_bytes, buffers_);
     grpc::ByteBuffer message;
@@ -192,9 +219,15 @@ void TaskReaderSet::ReaderLoop(Reader* r) {
             absl::StrCat(where, ": malformed response (element ", resp.elements.size(), "): ", s.message()));
       }
       message.Clear();
+      if (!resp.shm_ring.empty() && shm == nullptr && opts_.shared_memory) {
+        shm = AttachShmRing(resp.shm_ring, where);
+        parser.set_shm(shm.get());
+      }
       std::vector<DecodedElement>& decoded = resp.elements;
-      // Elements decoded before a malformed one are still delivered, then the error.
-      if (bad.ok() || !decoded.empty()) progressed = true;
+      // Elements decoded before a malformed one are still delivered, then the error. (The shared-
+      // memory announcement alone is not progress: a worker failing right after it is retried as
+      // one that sent nothing.)
+      if ((bad.ok() && resp.shm_ring.empty()) || !decoded.empty()) progressed = true;
       if (!decoded.empty()) {
         absl::MutexLock l(&received_mu_);
         received_[r->info.task_id()] += static_cast<int64_t>(decoded.size());

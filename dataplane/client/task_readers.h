@@ -56,6 +56,8 @@ class TaskReaderSet {
     service::Compression compression = service::COMPRESSION_AUTO;
     int max_elements_per_response = 0;
     uint64_t max_element_bytes = uint64_t{1} << 30;
+    // Offer same-host shared memory to workers (docs/dataservice.md, "Same-host shared memory").
+    bool shared_memory = true;
     absl::Duration initial_backoff = absl::Milliseconds(100);
     absl::Duration max_backoff = absl::Seconds(5);
   };

@@ -9,6 +9,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/log.h"
 #include "dataplane/worker/response_encoder.h"
+#include "dataplane/worker/shm_stream.h"
 
 namespace sluice::worker {
 namespace {
@@ -148,8 +149,9 @@ namespace {
 // OnDone, which gRPC calls only after Finish, and Finish is the sender thread's last act.
 class ElementStreamReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  ElementStreamReactor(WorkerImpl* worker, absl::StatusOr<service::GetElementsRequest> request)
-      : worker_(worker), request_(std::move(request)) {}
+  ElementStreamReactor(WorkerImpl* worker, absl::StatusOr<service::GetElementsRequest> request,
+                       const ShmConfig& shm)
+      : worker_(worker), request_(std::move(request)), shm_config_(shm) {}
 
   void Run() {
     absl::Status status;
@@ -158,7 +160,21 @@ class ElementStreamReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     } else if (worker_ == nullptr) {
       status = absl::UnavailableError("the worker is starting up");
     } else {
-      status = worker_->StreamElements(*request_, &cancel_, [this](ElementsResponse& r) { return Write(r); });
+      // Same host and allowed: large payloads go through a shared-memory ring (shm_stream.h).
+      std::unique_ptr<ShmStream> shm = ShmStream::Open(shm_config_, *request_);
+      ElementsResponse hello = shm != nullptr ? shm->Hello() : ElementsResponse();
+      if (shm != nullptr && !Write(hello)) {
+        status = absl::CancelledError("the client closed the stream");
+      } else {
+        status = worker_->StreamElements(*request_, &cancel_, [this, &shm](ElementsResponse& r) {
+          if (shm != nullptr) {
+            const int64_t diverted = shm->diverted(), fallbacks = shm->fallbacks();
+            shm->Divert(r);
+            worker_->metrics().AddShm(shm->diverted() - diverted, shm->fallbacks() - fallbacks);
+          }
+          return Write(r);
+        });
+      }
     }
     // Every queued write must complete before Finish (and before OnDone can delete this reactor).
     if (!AwaitWritesDone() && status.ok()) status = absl::CancelledError("the client closed the stream");
@@ -221,6 +237,7 @@ class ElementStreamReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   WorkerImpl* const worker_;
   const absl::StatusOr<service::GetElementsRequest> request_;
+  const ShmConfig& shm_config_;
   CancelToken cancel_;
   absl::Mutex mu_;
   // The write in flight: set by whoever sets writing_ (Write) or keeps it set (OnWriteDone); only
@@ -264,7 +281,7 @@ class ElementReactor : public grpc::ServerUnaryReactor {
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerService::GetElements(grpc::CallbackServerContext*,
                                                                         const grpc::ByteBuffer* request) {
-  auto* reactor = new ElementStreamReactor(worker_.load(), ParseRequest(request));
+  auto* reactor = new ElementStreamReactor(worker_.load(), ParseRequest(request), shm_);
   ++streams_started_;
   threads_.Spawn([reactor] { reactor->Run(); });
   return reactor;
@@ -299,6 +316,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerSe
   if (!creds.ok()) return creds.status();
   std::unique_ptr<WorkerServer> server(new WorkerServer());
   server->service_ = std::make_unique<WorkerService>();
+  server->service_->SetShm(options.shm);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen_address, *creds, &server->port_);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);

@@ -29,6 +29,7 @@
 #include "absl/time/time.h"
 #include "dataplane/rpc/credentials.h"
 #include "dataplane/worker/dispatcher_client.h"
+#include "dataplane/worker/shm_stream.h"
 #include "dataplane/worker/worker_impl.h"
 #include "dataservice.grpc.pb.h"
 
@@ -78,6 +79,8 @@ class WorkerService : public service::Worker::WithRawCallbackMethod_GetElements<
   // Calls before SetWorker fail with UNAVAILABLE (the server starts before the worker knows its port).
   WorkerService() = default;
   void SetWorker(WorkerImpl* worker) { worker_.store(worker); }
+  // Same-host shared memory for streams (shm_stream.h); before the server starts. Default: off.
+  void SetShm(ShmConfig config) { shm_ = std::move(config); }
 
   grpc::ServerWriteReactor<grpc::ByteBuffer>* GetElements(grpc::CallbackServerContext* context,
                                                          const grpc::ByteBuffer* request) override;
@@ -89,6 +92,7 @@ class WorkerService : public service::Worker::WithRawCallbackMethod_GetElements<
 
  private:
   std::atomic<WorkerImpl*> worker_{nullptr};
+  ShmConfig shm_{"", 0};
   std::atomic<int64_t> streams_started_{0};
   CallThreads threads_;
 };
@@ -97,6 +101,8 @@ struct WorkerServerOptions {
   std::string listen_address = "0.0.0.0:0";  // port 0 picks a free port
   rpc::TlsOptions tls;
   int max_message_bytes = rpc::kDefaultMaxMessageBytes;
+  // Same-host shared memory (shm_stream.h). Off unless set (sluice-worker sets it from its flags).
+  ShmConfig shm{"", 0};
 };
 
 class WorkerServer {

@@ -8,11 +8,13 @@
 
 #include <grpcpp/generic/generic_stub.h>
 
+#include <filesystem>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "dataplane/pipeline/element_codec.h"
+#include "dataplane/rpc/shm_ring.h"
 #include "dataplane/worker/worker_test_util.h"
 #include "testing/test_util.h"
 
@@ -33,10 +35,11 @@ struct TlsSetup {
 // A worker serving on 127.0.0.1:<port>, registered with a fake dispatcher.
 class WorkerUnderTest {
  public:
-  explicit WorkerUnderTest(const TlsSetup* tls = nullptr) {
+  explicit WorkerUnderTest(const TlsSetup* tls = nullptr, ShmConfig shm = ShmConfig{"", 0}) {
     dispatcher_server_ = std::make_unique<FakeDispatcherServer>(&fake, tls ? tls->dispatcher : nullptr);
     WorkerServerOptions options;
     options.listen_address = "127.0.0.1:0";
+    options.shm = shm;
     if (tls) options.tls = tls->server;
     auto server = WorkerServer::Start(options);
     REQUIRE(server.ok());
@@ -347,6 +350,101 @@ TEST_CASE("worker_grpc: a client cancelling mid-stream frees the stream's thread
     CHECK(reader->Finish().error_code() == grpc::StatusCode::CANCELLED);
   }
   CHECK(w.server().service().threads().WaitForIdle(absl::Now() + absl::Seconds(20)));
+}
+
+TEST_CASE("worker_grpc same-host shared memory: announced, attached, large payloads through the ring, ring gone") {
+  sluice::testing::TempDir shm_dir;
+  WorkerUnderTest w(nullptr, ShmConfig{shm_dir.path().string(), 4 << 20});
+  // 200 elements of 160 KB: the index, padded with zeros to 20,000 int64 values.
+  const std::string padded = "steps:\n  - map: {ops: [{reshape: {field: value, shape: [1]}}, {pad: {field: value, "
+                             "length: 20000}}]}\n";
+  w.Assign(MakeTask(1, "source: {range: {stop: 200}}\n" + padded));
+  auto first_value = [](const service::ElementData& e) {
+    REQUIRE(e.compression() == service::COMPRESSION_NONE);
+    auto element = pipeline::DecodeElement(std::make_shared<const std::string>(e.data()));
+    REQUIRE(element.ok());
+    const pipeline::Tensor* t = element->Find("value");
+    REQUIRE(t != nullptr);
+    REQUIRE(t->num_elements() == 20000);
+    return t->data<int64_t>()[0];
+  };
+  service::GetElementsRequest request = Request(1);
+  request.set_shm_boot_id(rpc::ShmBootId());
+  request.set_compression(service::COMPRESSION_NONE);
+  SECTION("a client that attaches gets payloads through the ring, and may release them") {
+    grpc::ClientContext context;
+    context.set_wait_for_ready(true);
+    auto reader = w.stub->GetElements(&context, request);
+    service::GetElementsResponse response;
+    REQUIRE(reader->Read(&response));
+    REQUIRE(response.has_shm_ring());
+    CHECK(response.elements_size() == 0);
+    auto ring = rpc::ShmRingReader::Attach(response.shm_ring().path(), response.shm_ring().file_bytes(),
+                                           response.shm_ring().nonce());
+    REQUIRE(ring.ok());
+    int64_t via_shm = 0, next = 0;
+    bool end = false;
+    while (reader->Read(&response)) {
+      for (service::ElementData e : response.elements()) {
+        if (e.shm_size() > 0) {
+          auto view = (*ring)->View(e.shm_offset(), e.shm_size());
+          REQUIRE(view.ok());
+          e.set_data(std::string(*view));
+          (*ring)->Release(e.shm_offset() + e.shm_size());
+          ++via_shm;
+        }
+        CHECK(first_value(e) == next);
+        ++next;
+      }
+      end = end || response.end_of_sequence();
+    }
+    CHECK(reader->Finish().ok());
+    CHECK(end);
+    CHECK(next == 200);
+    // Elements can come as bytes before the worker sees the attach; after it, all through the ring
+    // (this client releases at once, so the ring never fills).
+    CHECK(via_shm > 0);
+    INFO(via_shm << " of 200 through shared memory");
+  }
+  SECTION("a client that never attaches (another /dev/shm) gets bytes; the ring goes with the stream") {
+    grpc::ClientContext context;
+    context.set_wait_for_ready(true);
+    auto reader = w.stub->GetElements(&context, request);
+    service::GetElementsResponse response;
+    REQUIRE(reader->Read(&response));
+    REQUIRE(response.has_shm_ring());
+    int64_t next = 0;
+    while (reader->Read(&response)) {
+      for (const service::ElementData& e : response.elements()) {
+        CHECK(e.shm_size() == 0);
+        CHECK(first_value(e) == next);
+        ++next;
+      }
+    }
+    CHECK(reader->Finish().ok());
+    CHECK(next == 200);
+  }
+  SECTION("a client killed mid-stream: the worker removes the ring when the stream ends") {
+    service::TaskDef forever = MakeTask(2, "source: {range: {stop: 100}}\n" + padded);
+    forever.set_num_epochs(-1);
+    w.Assign(forever);
+    request.set_task_id(2);
+    {
+      grpc::ClientContext context;
+      context.set_wait_for_ready(true);
+      auto reader = w.stub->GetElements(&context, request);
+      service::GetElementsResponse response;
+      REQUIRE(reader->Read(&response));
+      REQUIRE(response.has_shm_ring());
+      CHECK(std::filesystem::exists(response.shm_ring().path()));
+      context.TryCancel();
+      while (reader->Read(&response)) {
+      }
+    }
+    REQUIRE(w.server().service().threads().WaitForIdle(absl::Now() + absl::Seconds(20)));
+  }
+  REQUIRE(w.server().service().threads().WaitForIdle(absl::Now() + absl::Seconds(20)));
+  CHECK(std::filesystem::is_empty(shm_dir.path()));
 }
 
 TEST_CASE("worker_grpc mutual TLS: the server and the dispatcher channel use certificates") {

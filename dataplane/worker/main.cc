@@ -66,6 +66,13 @@ int Run(int argc, char** argv) {
   server_options.listen_address = absl::StrCat(flags.listen_host, ":", flags.port);
   server_options.tls = tls;
   server_options.max_message_bytes = flags.max_message_bytes;
+  server_options.shm = ShmConfig{flags.shm_dir, static_cast<uint64_t>(flags.shm_ring_bytes)};
+  if (absl::Status s = PrepareShmDir(server_options.shm); !s.ok()) {
+    SLUICE_LOG(Warning, "shared memory off: same-host clients get elements over the socket")
+        .With("shm_dir", flags.shm_dir)
+        .With("error", std::string(s.message()));
+    server_options.shm = ShmConfig{"", 0};
+  }
   auto server = WorkerServer::Start(server_options);
   if (!server.ok()) return Fail(server.status());
 

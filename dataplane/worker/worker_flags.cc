@@ -58,6 +58,11 @@ void AddFlags(CLI::App& app, WorkerFlags& f) {
   app.add_flag("--tls_require_client_cert", f.tls_require_client_cert, "mutual TLS: clients must present a certificate");
   app.add_option("--tls_server_name", f.tls_server_name, "expected name in the dispatcher's certificate, if not its address");
   app.add_option("--log_level", f.log_level, "debug, info, warning or error");
+  app.add_option("--shm_dir", f.shm_dir,
+                 "same-host clients: element payloads go through a shared-memory ring per stream in this "
+                 "directory (docs/dataservice.md, \"Same-host shared memory\"); empty: off");
+  app.add_option("--shm_ring_bytes", f.shm_ring_bytes,
+                 "size of each same-host stream's shared-memory ring (reserved once the client attaches; 0: off)");
 }
 
 // Whether `args` sets `--name` (as "--name", "--name=v" or "--name v").
@@ -159,6 +164,10 @@ absl::Status Validate(const WorkerFlags& f) {
   if (f.max_undelivered_elements < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max_undelivered_elements: must be >= 0 (0: no cap), got ", f.max_undelivered_elements));
+  }
+  if (f.shm_ring_bytes != 0 && f.shm_ring_bytes < (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--shm_ring_bytes: must be 0 (off) or at least 1048576 (1 MiB), got ", f.shm_ring_bytes));
   }
   if (f.task_wait_ms < 0) return absl::InvalidArgumentError(absl::StrCat("--task_wait_ms: must be >= 0, got ", f.task_wait_ms));
   if (f.cpu_budget < 0) return absl::InvalidArgumentError(absl::StrCat("--cpu_budget: must be >= 0, got ", f.cpu_budget));

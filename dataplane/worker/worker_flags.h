@@ -43,6 +43,10 @@ struct WorkerFlags {
   bool tls_require_client_cert = false;
   std::string tls_server_name;
   std::string log_level = "info";
+  // Same-host shared memory for element payloads (shm_stream.h): the ring directory (empty: off)
+  // and each stream's ring size (0: off).
+  std::string shm_dir = "/dev/shm";
+  int64_t shm_ring_bytes = int64_t{32} << 20;
 };
 
 struct ParsedFlags {

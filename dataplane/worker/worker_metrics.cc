@@ -26,6 +26,11 @@ WorkerMetrics::WorkerMetrics(std::shared_ptr<prometheus::Registry> registry,
   busy_counter_ = AddCounter(r, "sluice_worker_busy_seconds_total", "CPU seconds used by the worker process.", labels);
   runs_counter_ = AddCounter(r, "sluice_worker_pipeline_runs_total",
                              "Pipeline passes started (one per task epoch, or one per shared run).", labels);
+  shm_counter_ = AddCounter(r, "sluice_worker_shm_elements_total",
+                            "Elements whose payload went to a same-host client through shared memory.", labels);
+  shm_fallback_counter_ = AddCounter(r, "sluice_worker_shm_fallback_elements_total",
+                                     "Large elements of shared-memory streams sent as bytes: the ring was full.",
+                                     labels);
   buffered_gauge_ = AddGauge(r, "sluice_worker_buffered_elements", "Elements produced and waiting to be read.", labels);
   active_tasks_gauge_ = AddGauge(r, "sluice_worker_active_tasks", "Tasks the worker runs that are not finished.", labels);
 }
@@ -40,6 +45,11 @@ void WorkerMetrics::AddProduced(int64_t elements, int64_t bytes) {
 void WorkerMetrics::AddPipelineRun() {
   ++runs_;
   runs_counter_->Increment();
+}
+
+void WorkerMetrics::AddShm(int64_t elements, int64_t fallbacks) {
+  if (elements > 0) shm_counter_->Increment(static_cast<double>(elements));
+  if (fallbacks > 0) shm_fallback_counter_->Increment(static_cast<double>(fallbacks));
 }
 
 void WorkerMetrics::SetBufferedElements(int64_t n) { buffered_gauge_->Set(static_cast<double>(n)); }

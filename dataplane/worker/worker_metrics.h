@@ -27,6 +27,9 @@ class WorkerMetrics {
   void AddProduced(int64_t elements, int64_t bytes);
   // A pass of a pipeline began (one per epoch per task, or one per shared run).
   void AddPipelineRun();
+  // Same-host shared memory: elements sent through a ring, and large elements of such streams sent
+  // as bytes because the ring was full.
+  void AddShm(int64_t elements, int64_t fallbacks);
   void SetBufferedElements(int64_t n);
   void SetActiveTasks(int64_t n);
   // The process's CPU seconds so far; the counter advances by the difference.
@@ -44,6 +47,8 @@ class WorkerMetrics {
   prometheus::Counter* bytes_counter_;
   prometheus::Counter* busy_counter_;
   prometheus::Counter* runs_counter_;
+  prometheus::Counter* shm_counter_;
+  prometheus::Counter* shm_fallback_counter_;
   prometheus::Gauge* buffered_gauge_;
   prometheus::Gauge* active_tasks_gauge_;
   std::atomic<int64_t> elements_{0};

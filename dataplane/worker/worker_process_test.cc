@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "dataplane/rpc/credentials.h"
+#include "dataplane/rpc/shm_ring.h"
 #include "dataplane/worker/worker_test_util.h"
 #include "testing/test_util.h"
 
@@ -237,6 +238,63 @@ TEST_CASE("worker_process: bad flags exit with status 2 and a message naming the
   REQUIRE(WIFEXITED(*status));
   CHECK(WEXITSTATUS(*status) == 2);
   CHECK_THAT(worker.Log(), Catch::Contains("--placement"));
+}
+
+}  // namespace
+}  // namespace sluice::worker
+
+namespace sluice::worker {
+namespace {
+
+TEST_CASE("worker_process: an unwritable --shm_dir turns shared memory off with one log line, streams use bytes") {
+  sluice::testing::TempDir dir;
+  sluice::testing::WriteFile(dir.File("a-file"), "not a directory");
+  FakeDispatcher fake;
+  FakeDispatcherServer dispatcher(&fake);
+  ChildProcess worker({WorkerBinary(), "--dispatcher_address", dispatcher.address(), "--port=0", "--metrics_port=0",
+                       "--listen_host=127.0.0.1", "--heartbeat_interval_ms=50", "--shm_dir=" + dir.File("a-file")},
+                      dir.File("worker.log"));
+  const int port = ListeningPorts(worker).first;
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  REQUIRE(WaitUntil([&] { return !fake.heartbeats().empty(); }));
+  fake.AssignTask(address, MakeTask(1, "source: {range: {stop: 20}}\nsteps:\n  - map: {ops: [{reshape: {field: value, "
+                                       "shape: [1]}}, {pad: {field: value, length: 8192}}]}\n"));
+  auto channel = rpc::MakeChannel(address, rpc::TlsOptions());
+  REQUIRE(channel.ok());
+  auto stub = service::Worker::NewStub(*channel);
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    context.set_wait_for_ready(true);
+    service::GetElementsRequest request;
+    request.set_task_id(1);
+    request.set_consumer_index(-1);
+    request.set_compression(service::COMPRESSION_NONE);
+    request.set_shm_boot_id(rpc::ShmBootId());
+    auto reader = stub->GetElements(&context, request);
+    service::GetElementsResponse response;
+    int64_t elements = 0;
+    while (reader->Read(&response)) {
+      CHECK(!response.has_shm_ring());
+      for (const auto& e : response.elements()) {
+        CHECK(e.shm_size() == 0);
+        CHECK(e.data().size() > 8192 * 8);  // 64 KiB payloads, as bytes
+        ++elements;
+      }
+    }
+    CHECK(reader->Finish().ok());
+    CHECK(elements == 20);
+  }
+  worker.Signal(SIGTERM);
+  REQUIRE(worker.WaitForExit().has_value());
+  const std::string log = worker.Log();
+  INFO(log);
+  size_t lines = 0;
+  for (size_t at = log.find("shared memory off"); at != std::string::npos; at = log.find("shared memory off", at + 1)) {
+    ++lines;
+  }
+  CHECK(lines == 1);
+  CHECK_THAT(log, Catch::Contains(dir.File("a-file")));
 }
 
 }  // namespace

@@ -1,0 +1,137 @@
+// Same-host shared-memory transport for element payloads (docs/dataservice.md, "Same-host shared
+// memory"): one ring per GetElements stream, in a file the worker creates under its shm directory
+// (/dev/shm by default). The worker copies each large element's bytes into the ring and sends only
+// (position, size) on the stream; the client copies them out once and reports how far it has
+// consumed through the ring's header, so the worker can reuse the space. The gRPC stream keeps
+// carrying everything else (element metadata, end of stream, errors), so delivery semantics do not
+// change.
+//
+// File layout: a 4 KiB header page, then `data_bytes` of ring. The header holds a magic number, the
+// sizes, a 16-byte random nonce (also sent to the client on the stream), and two words the client
+// writes: `attached` (the nonce's first 8 bytes, written once it has mapped the file: the proof that
+// the client opened this very file, i.e. shares the worker's /dev/shm) and `consumed` (ring position
+// up to which the worker may overwrite). The client maps the header read-write and the data
+// read-only. Positions are monotonic byte counts; a position's bytes are at position % data_bytes.
+// An allocation never wraps: when it does not fit before the end, the end is skipped.
+//
+// The file is 0600, created with O_EXCL under an unguessable name
+// (sluice-shm-<pid namespace>-<pid>-<32 hex>), and
+// unlinked as soon as the client attached (both sides keep their mappings), or when the writer is
+// destroyed; RemoveStaleShmRings removes those of dead processes (a worker killed before the
+// client attached).
+//
+// Threading: a writer is used by one thread (the stream's sender); a reader by one thread (the
+// stream's reader). The cross-process words are accessed atomically.
+#ifndef SLUICE_DATAPLANE_RPC_SHM_RING_H_
+#define SLUICE_DATAPLANE_RPC_SHM_RING_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace sluice::rpc {
+
+// Elements whose encoded bytes are at most this size stay on the socket (small elements are framed
+// into slabs and batched; a ring slot per element would not pay for itself).
+inline constexpr uint64_t kShmMinElementBytes = 16 << 10;
+inline constexpr uint64_t kShmHeaderBytes = 4096;
+inline constexpr char kShmFilePrefix[] = "sluice-shm-";
+
+// This machine's boot id (/proc/sys/kernel/random/boot_id, trimmed); empty when unreadable. The
+// client offers it in GetElementsRequest.shm_boot_id; a worker with another boot id (another host)
+// does not create a ring. Read once.
+const std::string& ShmBootId();
+// This process's pid namespace (the inode of /proc/self/ns/pid), which ring file names carry so
+// that start-up cleanup judges only the pids of its own namespace ("0" when unreadable).
+const std::string& ShmPidNamespace();
+
+class ShmRingWriter {
+ public:
+  // Creates the ring file in `dir` with `data_bytes` of ring (rounded up to 4 KiB) and maps it.
+  // Errors name the directory and the cause (not writable, no space, ...).
+  static absl::StatusOr<std::unique_ptr<ShmRingWriter>> Create(const std::string& dir, uint64_t data_bytes);
+  ~ShmRingWriter();  // unmaps; unlinks the file if the client never attached
+  ShmRingWriter(const ShmRingWriter&) = delete;
+  ShmRingWriter& operator=(const ShmRingWriter&) = delete;
+
+  const std::string& path() const { return path_; }
+  uint64_t file_bytes() const { return kShmHeaderBytes + data_bytes_; }
+  uint64_t data_bytes() const { return data_bytes_; }
+  const std::string& nonce() const { return nonce_; }  // 16 bytes
+
+  // Whether the client has attached. The first time it sees that, unlinks the file (nothing is
+  // left behind whichever side dies next) and reserves the ring's memory (until then the file is
+  // sparse: a client that never attaches, e.g. in another mount namespace, costs no memory).
+  bool Attached();
+  bool unlinked() const { return unlinked_; }
+  // Why the ring cannot be used after attaching (the reservation failed: the shm directory's
+  // filesystem is full); OK otherwise. Allocate then always returns nullopt.
+  const absl::Status& reserve_status() const { return reserve_status_; }
+
+  struct Slot {
+    uint64_t position = 0;  // what the response carries as ElementData.shm_offset
+    char* data = nullptr;   // `size` writable bytes
+  };
+  // Room for `size` bytes, or nullopt when the ring has not that much space free (the client has
+  // not consumed enough; the caller sends the element as bytes instead) or size > data_bytes().
+  std::optional<Slot> Allocate(uint64_t size);
+  // How far the client reported consumed (clamped to what was allocated).
+  uint64_t consumed();
+  uint64_t allocated() const { return head_; }
+
+ private:
+  ShmRingWriter() = default;
+  std::string path_;
+  std::string nonce_;
+  uint64_t data_bytes_ = 0;
+  char* map_ = nullptr;
+  int fd_ = -1;  // open until attached
+  absl::Status reserve_status_;
+  bool attached_ = false;
+  bool unlinked_ = false;
+  uint64_t head_ = 0;      // next free position (private to the worker: a client cannot move it)
+  uint64_t consumed_ = 0;  // last value read from the header, monotonic
+};
+
+class ShmRingReader {
+ public:
+  // Opens the worker's ring file (read-write for the header words only), checks it is a ring of
+  // `file_bytes` carrying `nonce`, maps it, and writes the attach word. Errors (another mount
+  // namespace, other user, a file that is not the announced ring) mean: stay on the socket.
+  static absl::StatusOr<std::unique_ptr<ShmRingReader>> Attach(const std::string& path, uint64_t file_bytes,
+                                                               absl::string_view nonce);
+  ~ShmRingReader();  // unmaps
+  ShmRingReader(const ShmRingReader&) = delete;
+  ShmRingReader& operator=(const ShmRingReader&) = delete;
+
+  // The `size` bytes at ring `position`, checked against the mapping: an InvalidArgument error
+  // naming ElementData.shm_offset / shm_size when they do not lie inside the ring.
+  absl::StatusOr<absl::string_view> View(uint64_t position, uint64_t size) const;
+  // Lets the worker reuse the ring up to `end` (a position just past bytes already copied out).
+  void Release(uint64_t end);
+  uint64_t data_bytes() const { return data_bytes_; }
+
+ private:
+  ShmRingReader() = default;
+  uint64_t data_bytes_ = 0;
+  char* header_ = nullptr;      // read-write, kShmHeaderBytes
+  const char* data_ = nullptr;  // read-only, data_bytes_
+  uint64_t released_ = 0;
+};
+
+// Elements this process has copied out of rings (ShmRingReader::View calls that succeeded), for
+// benchmarks and tests.
+int64_t ShmElementsReceived();
+
+// Unlinks the ring files in `dir` whose creating process, in this pid namespace, no longer exists (a
+// worker killed before its client attached). Returns how many it removed; files of live processes
+// and of other pid namespaces (another container sharing the directory) are left alone.
+int RemoveStaleShmRings(const std::string& dir);
+
+}  // namespace sluice::rpc
+
+#endif  // SLUICE_DATAPLANE_RPC_SHM_RING_H_
