@@ -63,9 +63,9 @@ TEST_CASE("Spread is the range over the median") {
 
 TEST_CASE("TransferResultJson has the flat keys and judges small sizes against the small target") {
   std::vector<TransferSizeResult> sizes = {
-      {1024, {0.1, 0.1}, {0.5, 0.5}, {1e5, 1e5}, {4, 4}, {1, 1}, {4, 4}, {1, 1}},
-      {100 * 1024, {0.9, 0.9}, {1.0, 1.0}, {9e3, 9e3}, {}, {}, {}, {}},
-      {1024 * 1024, {1.7, 1.9}, {2.0, 2.0}, {1.7e3, 1.8e3}, {0.6, 0.6}, {0.4, 0.4}, {0.5, 0.5}, {0.5, 0.5}},
+      {1024, {0.1, 0.1}, {0.5, 0.5}, {1e5, 1e5}, {4, 4}, {1, 1}, {4, 4}, {1, 1}, {}, {}, {}},
+      {100 * 1024, {0.9, 0.9}, {1.0, 1.0}, {9e3, 9e3}, {}, {}, {}, {}, {}, {}, {}},
+      {1024 * 1024, {1.7, 1.9}, {2.0, 2.0}, {1.7e3, 1.8e3}, {0.6, 0.6}, {0.4, 0.4}, {0.5, 0.5}, {0.5, 0.5}, {}, {}, {}},
   };
   auto j = TransferResultJson(sizes, 0.8, 0.15, {{"mode", "test"}});
   CHECK(j["benchmark"] == "transfer");
