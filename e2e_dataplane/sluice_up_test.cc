@@ -119,7 +119,7 @@ TEST_CASE("sluice up (autoscaled) adds workers until the stall is under target, 
   }
 }
 
-TEST_CASE("sluice up --trainer: a PyTorch CNN through the Python client; workers follow its train and eval phases") {
+TEST_CASE("sluice up --trainer: a PyTorch CNN through the Python client, the workers follow its train and eval phases") {
   sluice::testing::TempDir tmp;
   // Short phases: the train phase stalls on one worker, the eval phase reads nothing.
   auto up = Sluice({"up", "--trainer", "fashion-mnist-cnn", "--train-seconds", "20", "--eval-seconds", "30",
