@@ -23,14 +23,10 @@ class InstrumentedIterator : public StageIterator {
   InstrumentedIterator(std::unique_ptr<StageIterator> inner, StageStats* stats)
       : inner_(std::move(inner)), stats_(stats) {}
   NextResult Next() override {
-    NextResult r;
-    if (calls_++ % kWaitSampleEvery == 0) {
-      const uint64_t start = MonotonicNanos();
-      r = inner_->Next();
-      stats_->AddWait((MonotonicNanos() - start) * kWaitSampleEvery);
-    } else {
-      r = inner_->Next();
-    }
+    const bool timed = calls_++ % kWaitSampleEvery == 0;
+    const uint64_t start = timed ? MonotonicNanos() : 0;
+    NextResult r = inner_->Next();  // constructed in place: an Element's fields are inline, moves copy them
+    if (timed) stats_->AddWait((MonotonicNanos() - start) * kWaitSampleEvery);
     if (r.ok() && r->has_value()) stats_->AddOut((*r)->ByteSize());
     return r;
   }
@@ -562,8 +558,11 @@ struct CacheData {
 
 class CacheIterator : public StageIterator {
  public:
-  CacheIterator(std::shared_ptr<CacheData> data, std::unique_ptr<StageIterator> input, bool filler, int64_t max_bytes)
-      : data_(std::move(data)), input_(std::move(input)), filler_(filler), max_bytes_(max_bytes) {}
+  // `replay`: the elements of a complete cache (nothing writes them any more), or null to read
+  // `input`.
+  CacheIterator(std::shared_ptr<CacheData> data, std::unique_ptr<StageIterator> input, bool filler, int64_t max_bytes,
+                const std::vector<Element>* replay = nullptr)
+      : data_(std::move(data)), input_(std::move(input)), filler_(filler), max_bytes_(max_bytes), replay_(replay) {}
   ~CacheIterator() override {
     if (filler_) {
       absl::MutexLock lock(&data_->mu);
@@ -576,10 +575,9 @@ class CacheIterator : public StageIterator {
     }
   }
   NextResult Next() override {
-    if (!input_) {  // replaying a complete cache
-      absl::MutexLock lock(&data_->mu);
-      if (index_ >= data_->elements.size()) return std::optional<Element>();
-      return std::optional<Element>(data_->elements[index_++]);
+    if (replay_ != nullptr) {  // a complete cache: never changes again, read without the lock
+      if (index_ >= replay_->size()) return std::optional<Element>();
+      return std::optional<Element>((*replay_)[index_++]);
     }
     NextResult r = input_->Next();
     if (!filler_ || !r.ok()) return r;
@@ -609,6 +607,7 @@ class CacheIterator : public StageIterator {
   std::unique_ptr<StageIterator> input_;
   bool filler_;
   int64_t max_bytes_;
+  const std::vector<Element>* const replay_;
   size_t index_ = 0;
 };
 
@@ -624,7 +623,7 @@ class CacheStage : public Stage {
     {
       absl::MutexLock lock(&data_->mu);
       if (data_->complete) {
-        return std::unique_ptr<StageIterator>(new CacheIterator(data_, nullptr, false, max_bytes_));
+        return std::unique_ptr<StageIterator>(new CacheIterator(data_, nullptr, false, max_bytes_, &data_->elements));
       }
       if (!data_->filling && !data_->abandoned) {
         data_->filling = true;
