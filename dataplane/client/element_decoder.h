@@ -41,7 +41,8 @@ struct ParsedResponse {
 // Reads GetElementsResponse messages straight from gRPC's received slices, without protobuf:
 // each element's bytes are copied once, small ones (up to kMaxChunkedElementBytes) into a shared
 // chunk of kChunkBytes at a 64-byte aligned offset (no allocation per element; the element's
-// tensors keep the chunk alive, so a live element holds at most kChunkBytes), larger ones into
+// tensors keep the chunk alive, so a live element holds at most kChunkBytes; a message starts a
+// fresh chunk when the current one is more than half used), larger ones into
 // a buffer of their own from `pool`. Compressed elements are decompressed into their own buffer.
 // Unknown fields are skipped (a newer worker may send more). A malformed message is an
 // InvalidArgument error naming what was wrong; the elements decoded before it are kept in `out`
