@@ -51,7 +51,10 @@ EntryFraming FrameElementEntry(uint64_t data_size, service::Compression compress
 // consumed in order, so slabs go soon; a live element keeps at most one slab alive).
 class WireEncoder {
  public:
-  static constexpr size_t kSlabBytes = 256 << 10;
+  // 64 KiB: the sender drops the elements of a response it sent (a reference count each, on their
+  // slab) while the producer takes references on its current slab; with slabs smaller than the
+  // task buffer the two mostly touch different slabs, not one cache line per element.
+  static constexpr size_t kSlabBytes = 64 << 10;
   static constexpr size_t kMaxSlabElementBytes = 16 << 10;
 
   absl::StatusOr<EncodedElementPtr> Encode(const pipeline::Element& element, service::Compression compression);
