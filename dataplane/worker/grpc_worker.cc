@@ -3,6 +3,7 @@
 #include <grpcpp/support/proto_buffer_reader.h>
 
 #include <deque>
+#include <iterator>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -168,6 +169,7 @@ class ElementStreamReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   void OnWriteDone(bool ok) override {
     grpc::ByteBuffer done;
+    Pending next;
     {
       absl::MutexLock lock(&mu_);
       done.Swap(&in_flight_);  // released below, outside the lock
@@ -179,9 +181,12 @@ class ElementStreamReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
         writing_ = false;
         return;
       }
-      in_flight_.Swap(&queued_.front());
+      next = std::move(queued_.front());
       queued_.pop_front();
     }
+    // Encoded here, when it goes: until then the sender may have appended to it.
+    grpc::ByteBuffer encoded = ToByteBuffer(EncodeElementsResponse(next.response));
+    in_flight_.Swap(&encoded);
     StartWrite(&in_flight_);
   }
   void OnCancel() override { cancel_.Cancel(); }
@@ -191,21 +196,38 @@ class ElementStreamReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   static constexpr size_t kMaxQueuedWrites = 2;
 
   // Queues `response` for writing (starting the write when none is in flight), waiting while
-  // kMaxQueuedWrites are queued. False when a write failed (the stream broke or was cancelled).
-  bool Write(const ElementsResponse& response) {
-    grpc::ByteBuffer next = ToByteBuffer(EncodeElementsResponse(response));
+  // kMaxQueuedWrites are queued. A response queued behind the write in flight takes the elements
+  // of the next ones as long as it stays within the request's bounds (ElementsResponse::
+  // CanAppend): when the stream is behind, small batches leave as fewer, fuller messages,
+  // without delaying any (none could go before the write in flight completes). False when a write
+  // failed (the stream broke or was cancelled).
+  bool Write(ElementsResponse& response) {
+    const size_t bytes = response.bytes();
     {
       absl::MutexLock lock(&mu_);
-      auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return failed_ || queued_.size() < kMaxQueuedWrites; };
-      mu_.Await(absl::Condition(&room));
+      auto joins_last = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !queued_.empty() && queued_.back().response.CanAppend(response, queued_.back().bytes, bytes);
+      };
+      auto room = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return failed_ || !writing_ || queued_.size() < kMaxQueuedWrites || joins_last();
+      };
+      if (!room()) mu_.Await(absl::Condition(&room));
       if (failed_) return false;
       if (writing_) {
-        queued_.push_back(std::move(next));
+        if (joins_last()) {
+          Pending& last = queued_.back();
+          last.response.elements.insert(last.response.elements.end(), std::make_move_iterator(response.elements.begin()),
+                                        std::make_move_iterator(response.elements.end()));
+          last.bytes += bytes;
+        } else {
+          queued_.push_back(Pending{std::move(response), bytes});
+        }
         return true;
       }
       writing_ = true;
-      in_flight_.Swap(&next);
     }
+    grpc::ByteBuffer next = ToByteBuffer(EncodeElementsResponse(response));
+    in_flight_.Swap(&next);
     StartWrite(&in_flight_);
     return true;
   }
@@ -227,7 +249,11 @@ class ElementStreamReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   // one write is in flight, so only that thread touches it until the write completes.
   grpc::ByteBuffer in_flight_;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<grpc::ByteBuffer> queued_ ABSL_GUARDED_BY(mu_);
+  struct Pending {
+    ElementsResponse response;
+    size_t bytes = 0;  // response.bytes()
+  };
+  std::deque<Pending> queued_ ABSL_GUARDED_BY(mu_);  // behind the write in flight, not yet encoded
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
