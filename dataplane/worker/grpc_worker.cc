@@ -176,6 +176,7 @@ class ElementStreamReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       if (!ok) {
         failed_ = true;
         queued_.clear();
+        queued_batches_ = 0;
       }
       if (queued_.empty()) {
         writing_ = false;
@@ -183,6 +184,7 @@ class ElementStreamReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       }
       next = std::move(queued_.front());
       queued_.pop_front();
+      queued_batches_ -= next.batches;
     }
     // Encoded here, when it goes: until then the sender may have appended to it.
     grpc::ByteBuffer encoded = ToByteBuffer(EncodeElementsResponse(next.response));
@@ -196,31 +198,32 @@ class ElementStreamReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   static constexpr size_t kMaxQueuedWrites = 2;
 
   // Queues `response` for writing (starting the write when none is in flight), waiting while
-  // kMaxQueuedWrites are queued. A response queued behind the write in flight takes the elements
-  // of the next ones as long as it stays within the request's bounds (ElementsResponse::
-  // CanAppend): when the stream is behind, small batches leave as fewer, fuller messages,
-  // without delaying any (none could go before the write in flight completes). False when a write
+  // kMaxQueuedWrites responses are queued. A response queued behind the write in flight takes the
+  // elements of the next one as long as it stays within the request's bounds (ElementsResponse::
+  // CanAppend): when the stream is behind, batches leave as fewer, fuller messages, without
+  // delaying any (none could go before the write in flight completes). Each batch still counts
+  // towards kMaxQueuedWrites, so the sender waits (and the task buffer fills) as it did without
+  // merging: an eager sender would wake for every element the producer pushes. False when a write
   // failed (the stream broke or was cancelled).
   bool Write(ElementsResponse& response) {
     const size_t bytes = response.bytes();
     {
       absl::MutexLock lock(&mu_);
-      auto joins_last = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !queued_.empty() && queued_.back().response.CanAppend(response, queued_.back().bytes, bytes);
-      };
-      auto room = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return failed_ || !writing_ || queued_.size() < kMaxQueuedWrites || joins_last();
+      auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return failed_ || !writing_ || queued_batches_ < kMaxQueuedWrites;
       };
       if (!room()) mu_.Await(absl::Condition(&room));
       if (failed_) return false;
       if (writing_) {
-        if (joins_last()) {
+        ++queued_batches_;
+        if (!queued_.empty() && queued_.back().response.CanAppend(response, queued_.back().bytes, bytes)) {
           Pending& last = queued_.back();
           last.response.elements.insert(last.response.elements.end(), std::make_move_iterator(response.elements.begin()),
                                         std::make_move_iterator(response.elements.end()));
           last.bytes += bytes;
+          ++last.batches;
         } else {
-          queued_.push_back(Pending{std::move(response), bytes});
+          queued_.push_back(Pending{std::move(response), bytes, 1});
         }
         return true;
       }
@@ -252,8 +255,10 @@ class ElementStreamReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   struct Pending {
     ElementsResponse response;
     size_t bytes = 0;  // response.bytes()
+    size_t batches = 0;  // Write calls merged into it
   };
   std::deque<Pending> queued_ ABSL_GUARDED_BY(mu_);  // behind the write in flight, not yet encoded
+  size_t queued_batches_ ABSL_GUARDED_BY(mu_) = 0;  // the sum of queued_'s batches
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
