@@ -129,6 +129,11 @@ class Element {
  public:
   using Field = std::pair<std::string, Tensor>;
 
+  // User-provided, so that value-initialisation (emplace_back(), DecodedElement{}, ...) does not
+  // zero the inline field storage (~0.5 KB) before constructing it: ~5% of a client's CPU at
+  // 1 KiB elements.
+  Element() noexcept {}
+
   const Tensor* Find(absl::string_view name) const;
   Tensor* FindMutable(absl::string_view name);
   // The named field, or NotFound listing the fields that exist.
