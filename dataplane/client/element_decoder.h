@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -21,6 +22,11 @@
 namespace sluice::client {
 
 struct DecodedElement {
+  // User-provided: value-initialising an aggregate (emplace_back()) zero-fills all of it first,
+  // the Element's ~0.5 KB of inline field storage included, whatever Element's constructors.
+  DecodedElement() noexcept {}
+  DecodedElement(pipeline::Element e, uint64_t b) : element(std::move(e)), bytes(b) {}
+
   pipeline::Element element;
   uint64_t bytes = 0;  // size of the decoded buffer the element's tensors keep alive
 };
