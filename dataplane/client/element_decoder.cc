@@ -202,6 +202,11 @@ char* ResponseParser::Adopt(std::string buffer, size_t pad, std::shared_ptr<cons
 }
 
 absl::Status ResponseParser::Parse(const grpc::ByteBuffer& message, ParsedResponse* out) {
+  // A message starts a new chunk once the current one is half used: the consumer then releases
+  // the previous message's elements (a reference count per tensor on their chunk) while this
+  // thread takes references on another chunk, instead of both writing one cache line per element.
+  // Small messages still share chunks, so a chunk holds at most twice what its elements use.
+  if (chunk_used_ > kChunkBytes / 2) chunk_.reset();
   SliceReader r(message);
   auto bad = [&](absl::string_view what) {
     return absl::InvalidArgumentError(what);

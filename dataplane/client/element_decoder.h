@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -22,6 +23,11 @@
 namespace sluice::client {
 
 struct DecodedElement {
+  // User-provided: value-initialising an aggregate (emplace_back()) zero-fills all of it first,
+  // the Element's ~0.5 KB of inline field storage included, whatever Element's constructors.
+  DecodedElement() noexcept {}
+  DecodedElement(pipeline::Element e, uint64_t b) : element(std::move(e)), bytes(b) {}
+
   pipeline::Element element;
   uint64_t bytes = 0;  // size of the decoded buffer the element's tensors keep alive
 };
@@ -43,7 +49,8 @@ struct ParsedResponse {
 // Reads GetElementsResponse messages straight from gRPC's received slices, without protobuf:
 // each element's bytes are copied once, small ones (up to kMaxChunkedElementBytes) into a shared
 // chunk of kChunkBytes at a 64-byte aligned offset (no allocation per element; the element's
-// tensors keep the chunk alive, so a live element holds at most kChunkBytes), larger ones into
+// tensors keep the chunk alive, so a live element holds at most kChunkBytes; a message starts a
+// fresh chunk when the current one is more than half used), larger ones into
 // a buffer of their own from `pool`. Compressed elements are decompressed into their own buffer.
 // Unknown fields are skipped (a newer worker may send more). A malformed message is an
 // InvalidArgument error naming what was wrong; the elements decoded before it are kept in `out`

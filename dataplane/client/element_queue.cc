@@ -53,11 +53,9 @@ void ElementQueue::Push(std::vector<DecodedElement> elements) {
     --outstanding_;
     return;
   }
-  for (size_t i = 0; i < elements.size(); ++i) {
-    const int64_t bytes = static_cast<int64_t>(elements[i].bytes);
-    buffered_bytes_ += bytes;
-    queue_.emplace_back(std::move(elements[i].element), bytes, i + 1 == elements.size());
-  }
+  for (const DecodedElement& e : elements) buffered_bytes_ += static_cast<int64_t>(e.bytes);
+  buffered_elements_ += static_cast<int64_t>(elements.size());
+  queue_.emplace_back(std::move(elements));
   peak_buffered_bytes_ = std::max(peak_buffered_bytes_, buffered_bytes_);
 }
 
@@ -109,15 +107,21 @@ absl::StatusOr<std::optional<pipeline::Element>> ElementQueue::Pop(std::optional
     return last_error_;
   }
   if (!queue_.empty()) {
-    Buffered& b = queue_.front();
-    buffered_bytes_ -= b.bytes;
-    if (b.ends_request) --outstanding_;
+    Pushed& p = queue_.front();
+    DecodedElement& e = p.elements[p.next++];
+    const int64_t bytes = static_cast<int64_t>(e.bytes);
+    buffered_bytes_ -= bytes;
+    --buffered_elements_;
     ++elements_total_;
-    bytes_total_ += b.bytes;
-    last_activity_ = absl::Now();
+    bytes_total_ += bytes;
     stall_.RecordWait(start, end, StallMeter::Outcome::kElement);
-    absl::StatusOr<std::optional<pipeline::Element>> out(absl::in_place, std::move(b.element));
-    queue_.pop_front();
+    absl::StatusOr<std::optional<pipeline::Element>> out(absl::in_place, std::move(e.element));
+    if (p.next == p.elements.size()) {
+      --outstanding_;  // the push's last element: its slot returns
+      queue_.pop_front();
+      // Only read by IdleSince while the queue is empty: the clock is read when it empties.
+      if (queue_.empty()) last_activity_ = absl::Now();
+    }
     return out;
   }
   if (!fatal_.ok()) {
@@ -159,7 +163,7 @@ ElementQueue::Stats ElementQueue::stats() const {
   Stats s;
   s.elements_total = elements_total_;
   s.bytes_total = bytes_total_;
-  s.buffered_elements = static_cast<int64_t>(queue_.size());
+  s.buffered_elements = buffered_elements_;
   s.buffered_bytes = buffered_bytes_;
   s.peak_buffered_bytes = peak_buffered_bytes_;
   s.outstanding_requests = outstanding_;

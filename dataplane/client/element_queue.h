@@ -108,11 +108,13 @@ class ElementQueue {
   std::optional<absl::Time> IdleSince() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  struct Buffered {
-    Buffered(pipeline::Element&& e, int64_t b, bool ends) : element(std::move(e)), bytes(b), ends_request(ends) {}
-    pipeline::Element element;
-    int64_t bytes = 0;
-    bool ends_request = false;  // last element of a push: popping it returns that push's slot
+  // What one Push gave, kept as it came (an Element's fields are inline, so moving each element
+  // into a queue of its own would copy them once more): Pop moves elements[next] out; popping the
+  // last one returns the push's slot.
+  struct Pushed {
+    explicit Pushed(std::vector<DecodedElement>&& e) : elements(std::move(e)) {}
+    std::vector<DecodedElement> elements;
+    size_t next = 0;
   };
   bool HasRoomLocked(bool yields_to_local, bool drains) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -121,7 +123,8 @@ class ElementQueue {
   const std::function<void()> on_fail_;
 
   mutable absl::Mutex mu_;
-  std::deque<Buffered> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<Pushed> queue_ ABSL_GUARDED_BY(mu_);  // none empty
+  int64_t buffered_elements_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool end_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status fatal_ ABSL_GUARDED_BY(mu_);

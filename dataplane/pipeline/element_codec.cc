@@ -34,9 +34,9 @@ class Reader {
     pos_ += sizeof(T);
     return true;
   }
-  bool GetBytes(size_t n, std::string* out) {
+  bool GetView(size_t n, absl::string_view* out) {
     if (n > s_.size() - pos_) return false;
-    out->assign(s_.data() + pos_, n);
+    *out = s_.substr(pos_, n);
     pos_ += n;
     return true;
   }
@@ -294,18 +294,20 @@ absl::Status DecodeElementTo(std::shared_ptr<const void> owner, absl::string_vie
   uint64_t key = 0;
   if (!r.Get(&count) || !r.Get(&key)) return Corrupt(r.pos(), "truncated header");
   if (count > 4096) return Corrupt(4, absl::StrCat("implausible field count ", count));
+  // Names and string lengths stay where they are in `s` (no copy until the element is built).
   struct FieldHeader {
-    std::string name;
+    absl::string_view name;
     DType dtype;
     Shape shape;
     uint64_t bytes;
-    std::vector<uint64_t> lengths;
+    size_t lengths_at;  // kString: offset of the uint64 lengths in `s`
+    uint64_t num_strings;
   };
   absl::InlinedVector<FieldHeader, 4> headers(count);
   for (auto& h : headers) {
     uint16_t name_len;
     uint8_t dtype, rank;
-    if (!r.Get(&name_len) || !r.GetBytes(name_len, &h.name) || !r.Get(&dtype) || !r.Get(&rank)) {
+    if (!r.Get(&name_len) || !r.GetView(name_len, &h.name) || !r.Get(&dtype) || !r.Get(&rank)) {
       return Corrupt(r.pos(), "truncated field header");
     }
     if (dtype == 0 || dtype > static_cast<uint8_t>(DType::kString)) return Corrupt(r.pos(), absl::StrCat("unknown dtype ", dtype));
@@ -322,9 +324,11 @@ absl::Status DecodeElementTo(std::shared_ptr<const void> owner, absl::string_vie
       uint64_t n;
       if (!r.Get(&n) || n > s.size()) return Corrupt(r.pos(), "bad string count");
       if (static_cast<int64_t>(n) != NumElements(h.shape)) return Corrupt(r.pos(), "string count does not match shape");
-      h.lengths.resize(n);
+      h.lengths_at = r.pos();
+      h.num_strings = n;
       uint64_t total = 0;
-      for (auto& len : h.lengths) {
+      for (uint64_t i = 0; i < n; ++i) {
+        uint64_t len;
         if (!r.Get(&len)) return Corrupt(r.pos(), "truncated string lengths");
         total += len;
       }
@@ -336,7 +340,7 @@ absl::Status DecodeElementTo(std::shared_ptr<const void> owner, absl::string_vie
   }
   size_t pos = AlignUp(r.pos());
   Element& e = *out;
-  e = Element();
+  if (!e.fields().empty()) e = Element();
   e.set_key(key);
   for (auto& h : headers) {
     if (pos > s.size() || h.bytes > s.size() - pos) {
@@ -345,17 +349,20 @@ absl::Status DecodeElementTo(std::shared_ptr<const void> owner, absl::string_vie
     const char* data = s.data() + pos;
     if (h.dtype == DType::kString) {
       std::vector<absl::string_view> views;
+      views.reserve(h.num_strings);
       size_t off = 0;
-      for (uint64_t len : h.lengths) {
+      for (uint64_t i = 0; i < h.num_strings; ++i) {
+        uint64_t len;
+        std::memcpy(&len, s.data() + h.lengths_at + i * sizeof(uint64_t), sizeof(len));
         views.emplace_back(data + off, len);
         off += len;
       }
-      e.Set(std::move(h.name), Tensor::Strings(bytes, std::move(views), h.shape));
+      e.Set(std::string(h.name), Tensor::Strings(bytes, std::move(views), std::move(h.shape)));
     } else {
       Buffer b{bytes, reinterpret_cast<const uint8_t*>(data), h.bytes};
-      auto t = Tensor::FromBuffer(h.dtype, h.shape, b);
+      auto t = Tensor::FromBuffer(h.dtype, std::move(h.shape), std::move(b));
       if (!t.ok()) return Corrupt(pos, t.status().message());
-      e.Set(std::move(h.name), *std::move(t));
+      e.Set(std::string(h.name), *std::move(t));
     }
     pos = AlignUp(pos + h.bytes);
   }

@@ -25,7 +25,7 @@ struct StageStatsSnapshot {
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
   uint64_t cpu_ns = 0;      // CPU time spent in this stage's own work (all threads)
-  uint64_t wait_ns = 0;     // time this stage's consumer waited for its next element
+  uint64_t wait_ns = 0;     // time this stage's consumer waited for its next element (estimated: one call in 16 is timed)
   uint64_t errors_skipped = 0;
   int64_t parallelism = 0;  // current parallelism (maps, interleave), 0 if not parallel
   int64_t buffer_size = 0;  // current buffer target (prefetch, shuffle), 0 if none

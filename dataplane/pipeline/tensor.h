@@ -129,6 +129,11 @@ class Element {
  public:
   using Field = std::pair<std::string, Tensor>;
 
+  // User-provided, so that value-initialising an Element (Element(), emplace_back(), ...) does not
+  // zero its inline field storage (~0.5 KB) before constructing it. (An aggregate holding one is
+  // still zero-filled when value-initialised: give it a constructor too, as DecodedElement has.)
+  Element() noexcept {}
+
   const Tensor* Find(absl::string_view name) const;
   Tensor* FindMutable(absl::string_view name);
   // The named field, or NotFound listing the fields that exist.

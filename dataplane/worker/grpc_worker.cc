@@ -3,6 +3,7 @@
 #include <grpcpp/support/proto_buffer_reader.h>
 
 #include <deque>
+#include <iterator>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -184,20 +185,26 @@ class ElementStreamReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   void OnWriteDone(bool ok) override {
     grpc::ByteBuffer done;
+    Pending next;
     {
       absl::MutexLock lock(&mu_);
       done.Swap(&in_flight_);  // released below, outside the lock
       if (!ok) {
         failed_ = true;
         queued_.clear();
+        queued_batches_ = 0;
       }
       if (queued_.empty()) {
         writing_ = false;
         return;
       }
-      in_flight_.Swap(&queued_.front());
+      next = std::move(queued_.front());
       queued_.pop_front();
+      queued_batches_ -= next.batches;
     }
+    // Encoded here, when it goes: until then the sender may have appended to it.
+    grpc::ByteBuffer encoded = ToByteBuffer(EncodeElementsResponse(next.response));
+    in_flight_.Swap(&encoded);
     StartWrite(&in_flight_);
   }
   void OnCancel() override { cancel_.Cancel(); }
@@ -207,21 +214,39 @@ class ElementStreamReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   static constexpr size_t kMaxQueuedWrites = 2;
 
   // Queues `response` for writing (starting the write when none is in flight), waiting while
-  // kMaxQueuedWrites are queued. False when a write failed (the stream broke or was cancelled).
-  bool Write(const ElementsResponse& response) {
-    grpc::ByteBuffer next = ToByteBuffer(EncodeElementsResponse(response));
+  // kMaxQueuedWrites responses are queued. A response queued behind the write in flight takes the
+  // elements of the next one as long as it stays within the request's bounds (ElementsResponse::
+  // CanAppend): when the stream is behind, batches leave as fewer, fuller messages, without
+  // delaying any (none could go before the write in flight completes). Each batch still counts
+  // towards kMaxQueuedWrites, so the sender waits (and the task buffer fills) as it did without
+  // merging: an eager sender would wake for every element the producer pushes. False when a write
+  // failed (the stream broke or was cancelled).
+  bool Write(ElementsResponse& response) {
+    const size_t bytes = response.bytes();
     {
       absl::MutexLock lock(&mu_);
-      auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return failed_ || queued_.size() < kMaxQueuedWrites; };
-      mu_.Await(absl::Condition(&room));
+      auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return failed_ || !writing_ || queued_batches_ < kMaxQueuedWrites;
+      };
+      if (!room()) mu_.Await(absl::Condition(&room));
       if (failed_) return false;
       if (writing_) {
-        queued_.push_back(std::move(next));
+        ++queued_batches_;
+        if (!queued_.empty() && queued_.back().response.CanAppend(response, queued_.back().bytes, bytes)) {
+          Pending& last = queued_.back();
+          last.response.elements.insert(last.response.elements.end(), std::make_move_iterator(response.elements.begin()),
+                                        std::make_move_iterator(response.elements.end()));
+          last.bytes += bytes;
+          ++last.batches;
+        } else {
+          queued_.push_back(Pending{std::move(response), bytes, 1});
+        }
         return true;
       }
       writing_ = true;
-      in_flight_.Swap(&next);
     }
+    grpc::ByteBuffer next = ToByteBuffer(EncodeElementsResponse(response));
+    in_flight_.Swap(&next);
     StartWrite(&in_flight_);
     return true;
   }
@@ -244,7 +269,13 @@ class ElementStreamReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   // one write is in flight, so only that thread touches it until the write completes.
   grpc::ByteBuffer in_flight_;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<grpc::ByteBuffer> queued_ ABSL_GUARDED_BY(mu_);
+  struct Pending {
+    ElementsResponse response;
+    size_t bytes = 0;  // response.bytes()
+    size_t batches = 0;  // Write calls merged into it
+  };
+  std::deque<Pending> queued_ ABSL_GUARDED_BY(mu_);  // behind the write in flight, not yet encoded
+  size_t queued_batches_ ABSL_GUARDED_BY(mu_) = 0;  // the sum of queued_'s batches
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -12,6 +12,8 @@
 #define SLUICE_DATAPLANE_WORKER_RESPONSE_ENCODER_H_
 
 #include <cstddef>
+#include <iterator>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -27,6 +29,23 @@ namespace sluice::worker {
 struct ElementsResponse {
   std::vector<EncodedElementPtr> elements;
   bool end_of_sequence = false;
+  // The request's bounds on one response (elements, and bytes of element data: the first element
+  // always fits). A writer holding this response unsent, behind a write in flight, may append the
+  // next ones to it within them (CanAppend).
+  size_t max_elements = std::numeric_limits<size_t>::max();
+  size_t max_bytes = std::numeric_limits<size_t>::max();
+
+  size_t bytes() const {
+    size_t n = 0;
+    for (const EncodedElementPtr& e : elements) n += e->size();
+    return n;
+  }
+  // Whether `next`'s elements may join this response: neither carries end_of_sequence and the
+  // result stays within this response's bounds. `my_bytes`, `next_bytes`: their bytes().
+  bool CanAppend(const ElementsResponse& next, size_t my_bytes, size_t next_bytes) const {
+    return !end_of_sequence && !next.end_of_sequence && !elements.empty() &&
+           elements.size() + next.elements.size() <= max_elements && my_bytes + next_bytes <= max_bytes;
+  }
 };
 
 pipeline::WireBytes EncodeElementsResponse(const ElementsResponse& response, size_t min_view_bytes = 16 << 10);
@@ -51,7 +70,10 @@ EntryFraming FrameElementEntry(uint64_t data_size, service::Compression compress
 // consumed in order, so slabs go soon; a live element keeps at most one slab alive).
 class WireEncoder {
  public:
-  static constexpr size_t kSlabBytes = 256 << 10;
+  // 64 KiB: the sender drops the elements of a response it sent (a reference count each, on their
+  // slab) while the producer takes references on its current slab; with slabs smaller than the
+  // task buffer the two mostly touch different slabs, not one cache line per element.
+  static constexpr size_t kSlabBytes = 64 << 10;
   static constexpr size_t kMaxSlabElementBytes = 16 << 10;
 
   absl::StatusOr<EncodedElementPtr> Encode(const pipeline::Element& element, service::Compression compression);

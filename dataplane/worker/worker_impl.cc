@@ -297,6 +297,8 @@ absl::Status WorkerImpl::StreamElements(const service::GetElementsRequest& reque
     auto batch = (*runner)->GetNextBatch(max_elements, config_.max_response_bytes, cancel);
     if (!batch.ok()) return batch.status();
     ElementsResponse response;
+    response.max_elements = max_elements;
+    response.max_bytes = config_.max_response_bytes;
     response.elements.reserve(batch->elements.size());
     for (EncodedElementPtr& element : batch->elements) {
       auto recoded = Recode(std::move(element), wanted);
