@@ -97,9 +97,11 @@ def events(cluster, reason=None):
     return [e for e in items if reason is None or e.get("reason") == reason]
 
 
-def start_client(cluster, name, stop, pause_after, port=5050, script=CLIENT):
+def start_client(cluster, name, stop, pause_after, port=5050, script=CLIENT, shared_memory=True):
     path = require_python_module()
     env = dict(os.environ, PYTHONPATH=path)
+    if not shared_memory:
+        env["SLUICE_SHARED_MEMORY"] = "0"
     return subprocess.Popen([sys.executable, "-c", script, dispatcher_endpoint(cluster, name, port), str(stop),
                              str(pause_after)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
 
@@ -204,7 +206,10 @@ def test_scale_down_drains_the_removed_worker_through_the_dispatcher_before_dele
     cluster.apply(dataservice(name, replicas=2), namespace=NS)
     wait_ready(cluster, name, 2)
     pods = {p["metadata"]["name"]: p for p in live_pods(cluster, NS, worker_selector(name))}
-    client = start_client(cluster, name, stop=stop, pause_after=20, script=SLOW_DYNAMIC_CLIENT)
+    # Over the socket, as between pods: process nodes run the workers on this host, where a client would
+    # otherwise take their 64 KiB elements through a same-host shared-memory ring (32 MiB in transit), and
+    # the workers' own buffers, which this test needs filled, would stay empty.
+    client = start_client(cluster, name, stop=stop, pause_after=20, script=SLOW_DYNAMIC_CLIENT, shared_memory=False)
     round_line = 'msg="scale-down drain round" dataservice=%s/%s' % (NS, name)
     try:
         assert client.stdout.readline().strip() == "paused"
