@@ -315,6 +315,15 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const JournalOptions& opt
       return ErrnoError("cannot truncate the torn tail of", read->torn_file);
     }
   }
+  // A segment that starts after the last record read holds none (one that held a valid record
+  // would have advanced last_sequence): a process killed between creating it and writing its first
+  // record. The next append creates it again, so it goes.
+  for (const auto& [first, path] : listing->segments) {
+    if (first > read->last_sequence && path != read->torn_file) {
+      fs::remove(path, ec);
+      if (ec) return absl::UnavailableError(absl::StrCat("cannot remove the empty segment '", path, "': ", ec.message()));
+    }
+  }
   std::unique_ptr<Journal> journal(new Journal(options));
   {
     absl::MutexLock lock(&journal->mu_);

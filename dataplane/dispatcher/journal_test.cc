@@ -188,6 +188,35 @@ TEST_CASE("a segment cut inside its header is an empty torn tail") {
   CHECK(Numbers(*Journal::Read(dir.path().string())) == Iota(1, 2));
 }
 
+TEST_CASE("a segment with its header and no record (killed right after opening it) is replaced") {
+  // The crash state found by e2e_dataplane_dispatcher_binary_test (about 1 run in 30 under load): a
+  // snapshot at S, segment S+1 created with its header, the process killed before record S+1. The
+  // restarted journal wanted to create segment S+1 again and failed every write with "File exists".
+  TempDir dir;
+  JournalContents contents;
+  {
+    auto journal = OpenOrDie(dir.path().string(), &contents);
+    AppendRange(*journal, 1, 3);
+  }
+  WriteFile(dir.File(SegmentFileName(4)), std::string(kSegmentMagic, kMagicSize));
+  auto read = Journal::Read(dir.path().string());
+  REQUIRE(read.ok());
+  CHECK(read->last_sequence == 3);
+  CHECK(read->torn_file.empty());  // a whole header and nothing after it: not torn, just empty
+  {
+    auto journal = OpenOrDie(dir.path().string(), &contents);
+    CHECK(contents.last_sequence == 3);
+    const int64_t seq = journal->Append(Numbered(4));
+    CHECK(seq == 4);
+    absl::Status synced = journal->Sync(seq);
+    INFO(synced.ToString());
+    CHECK(synced.ok());
+  }
+  auto after = Journal::Read(dir.path().string());
+  REQUIRE(after.ok());
+  CHECK(Numbers(*after) == Iota(1, 4));
+}
+
 TEST_CASE("damage in the middle is an error naming file and offset") {
   TempDir dir;
   JournalContents contents;
