@@ -133,16 +133,20 @@ absl::StatusOr<std::unique_ptr<TrainerProcess>> TrainerProcess::Start(const Trai
 }
 
 std::optional<TrainerProgress> TrainerProcess::Latest() {
-  std::ifstream in(progress_file_);
-  if (!in) return std::nullopt;
-  std::string line, last;
-  while (std::getline(in, line)) {
-    if (!in.eof() && !line.empty()) last = line;  // a line without its newline may be half written
+  // Reads only what was appended since the last call; a line without its newline may be half
+  // written and waits for the next call.
+  std::ifstream in(progress_file_, std::ios::binary);
+  if (in) {
+    in.seekg(progress_offset_);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (in.eof()) break;  // no newline yet
+      progress_offset_ += static_cast<std::streamoff>(line.size()) + 1;
+      if (line.empty()) continue;
+      if (absl::StatusOr<TrainerProgress> p = ParseTrainerProgress(line); p.ok()) latest_ = *p;
+    }
   }
-  if (last.empty()) return std::nullopt;
-  absl::StatusOr<TrainerProgress> p = ParseTrainerProgress(last);
-  if (!p.ok()) return std::nullopt;
-  return *p;
+  return latest_;
 }
 
 absl::StatusOr<TrainerResult> TrainerProcess::Result() {

@@ -3,11 +3,12 @@
 // as JSON lines in a file (phase, elements read, the client's wait and step seconds, loss) and its
 // totals as one JSON object on the last line of its output; TrainerProcess reads both.
 //
-// Threading: one owner thread; Latest() re-reads the progress file on each call (it is small: two
+// Threading: one owner thread; Latest() reads what the progress file gained since its last call (two
 // lines a second).
 #ifndef SLUICE_TOOLS_SLUICE_TRAINER_PROCESS_H_
 #define SLUICE_TOOLS_SLUICE_TRAINER_PROCESS_H_
 
+#include <ios>
 #include <memory>
 #include <optional>
 #include <string>
@@ -74,6 +75,8 @@ class TrainerProcess {
   std::unique_ptr<local::ChildProcess> process_;
   std::string progress_file_;
   std::string log_file_;
+  std::streamoff progress_offset_ = 0;      // how far Latest() has read
+  std::optional<TrainerProgress> latest_;   // the newest line read
 };
 
 }  // namespace sluice::tools
