@@ -560,11 +560,14 @@ def test_two_replicas_only_the_leader_acts_and_the_standby_takes_over(cluster, p
 
 # ---------------------------------------------------------------------------------------------- direct scrape
 
-# A trainer reading through the real client (its wait and step seconds reach the dispatcher's /metrics by heartbeat):
-# 2 ms of "compute" per element, from workers that each make far fewer elements per second (every element is a
-# 1536x1536 RGB image area-resized to 32x32 on one thread), so it stalls on any number of them.
+# A trainer reading through the real client (its wait and step seconds reach the dispatcher's /metrics by heartbeat)
+# with no compute of its own, from workers that each make a few dozen elements per second (every element is a
+# 1536x1536 RGB image area-resized to 32x32 on one thread): it waits for nearly every element, on any number of
+# workers. (With a 2 ms sleep per element as its "compute", one run in about twenty on a loaded machine scaled down
+# in the middle of the test, before this test printed the autoscaler's log on failure; the likely cause: the sleeps'
+# wake-up latency made the trainer slower than the workers, a true stall of zero.)
 STALLING_TRAINER = r"""
-import sys, time
+import sys
 import sluice
 pipeline = {"source": {"synthetic": {"count": 1000000, "shape": [1536, 1536, 3], "dtype": "uint8", "split_size": 8}},
             "steps": [{"map": {"parallelism": 1,
@@ -574,7 +577,6 @@ ds = sluice.Dataset(sys.argv[1], pipeline=pipeline, sharding="dynamic", heartbea
 for n, element in enumerate(ds):
     if n == 0:
         print("reading", flush=True)
-    time.sleep(0.002)
 """
 
 
@@ -607,6 +609,7 @@ def test_direct_scrape_of_real_pods_scales_a_stalling_trainer_up_holds_without_d
     dispatcher = cluster.get("v1", "Pod", name + "-dispatcher", NS)
     trainer = subprocess.Popen([sys.executable, "-c", STALLING_TRAINER, "%s:5050" % dispatcher["status"]["podIP"]],
                                stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=python_path), text=True)
+    autoscaler = None
     try:
         assert trainer.stdout.readline().strip() == "reading"
         autoscaler = Autoscaler(cluster, args=["--status-interval=1s"]).start()
@@ -683,6 +686,10 @@ def test_direct_scrape_of_real_pods_scales_a_stalling_trainer_up_holds_without_d
         cluster.wait_for(lambda: history.values[-1:] == [1], 30, "the watch to see replicas=1")
         assert history.values == [1, 2, 1], history.values
         assert autoscaler.process.alive()
+    except (AssertionError, TimeoutError) as exc:
+        # What it decided and why (each action's reasons are in its "applied" line).
+        raise AssertionError("%s\nstatus.autoscaler: %s\nautoscaler log:\n%s" % (
+            exc, json.dumps(scrape_status(cluster, name)), autoscaler.log() if autoscaler else "")) from exc
     finally:
         if trainer.poll() is None:
             trainer.kill()
