@@ -110,9 +110,9 @@ class FakePrometheus:
 
     def _workers(self, name):
         """Ready workers, counted once per batch of queries: the answers of one batch (supply, workers, ...) all
-        describe the same pods, as one Prometheus evaluation would. (Counted afresh for each query, a pod turning
-        Ready within a batch gave supply for 3 workers and a count of 4 under load: a capacity of 37.5 per worker,
-        remembered, and 7 workers where 5 were right.)"""
+        describe the same pods, as one Prometheus evaluation would. (Counted afresh for each query, the answers of one
+        batch could describe different pods: a run under load remembered a capacity of 37.5 per worker — 150/4, the
+        supply of 3 workers over a count of 4, most likely — and sized 7 workers where 5 were right.)"""
         with self._lock:
             cached = self._pods.get(name)
             batch = self._batch
