@@ -697,6 +697,8 @@ def test_direct_scrape_of_real_pods_scales_a_stalling_trainer_up_holds_without_d
             get_ds(cluster, name)), 60, "spec.workers.replicas=1 from the autoscaler")
         named = ds["spec"]["workers"].get("workersToDelete") or []
         assert len(named) == 1 and named[0] in pods, (named, pods)
+        cluster.wait_for(lambda: re.search(r'msg="%s/%s: applied .*Idle: .*ScaledDown: 2 -> 1 workers"' % (NS, name),
+                                           autoscaler.log()), 30, "the scale-down's log line, for an idle trainer")
         # Every value spec.workers.replicas took (the watch may trail the read above): up once, down once.
         cluster.wait_for(lambda: history.values[-1:] == [1], 30, "the watch to see replicas=1")
         assert history.values == [1, 2, 1], history.values
