@@ -130,6 +130,13 @@ WireBytes WireBytes::Unowned(const char* data, size_t size) {
   return out;
 }
 
+void WireBytes::SetUnowned(const char* data, size_t size) {
+  ranges_.clear();
+  sole_.reset();
+  size_ = size;
+  if (size > 0) ranges_.push_back(Range{data, size, nullptr});
+}
+
 std::string WireBytes::Flatten() const& {
   std::string out;
   out.reserve(size_);
