@@ -2,6 +2,7 @@
 
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include <deque>
 #include <iterator>
 #include <vector>
 
@@ -142,16 +143,11 @@ void CallThreads::JoinAll() {
 
 namespace {
 
-// One GetElements stream. Its sender thread runs WorkerImpl::StreamElements: it waits for the
-// task's buffer and starts a write; gRPC allows one write in flight, and while elements keep
-// coming the stream runs on gRPC's thread alone: OnWriteDone takes whatever the task buffered
-// meanwhile (WorkerImpl::TryNextResponse, without waiting) and starts the next write at once, as
-// a callback-API stream writing back to back does. The sender thread sleeps through that and goes
-// back to the buffer only once a write completes with nothing buffered (it then wakes for the
-// next element). So a stream that keeps up costs no thread switch per response between the sender
-// and gRPC, and nothing is taken out of the task's buffer before the wire can take it.
-// OnWriteDone/OnCancel/OnDone run on gRPC's threads. The reactor deletes itself in OnDone, which
-// gRPC calls only after Finish, and Finish is the sender thread's last act.
+// One GetElements stream. Its sender thread runs WorkerImpl::StreamElements and queues encoded
+// responses (at most kMaxQueuedWrites); gRPC allows one write in flight, and OnWriteDone starts
+// the next queued one on gRPC's thread at once, so the stream never waits for the sender thread
+// to wake up. OnWriteDone/OnCancel/OnDone run on gRPC's threads. The reactor deletes itself in
+// OnDone, which gRPC calls only after Finish, and Finish is the sender thread's last act.
 class ElementStreamReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   ElementStreamReactor(WorkerImpl* worker, absl::StatusOr<service::GetElementsRequest> request,
@@ -168,30 +164,20 @@ class ElementStreamReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       // Same host and allowed: large payloads go through a shared-memory ring (shm_stream.h).
       std::unique_ptr<ShmStream> shm = ShmStream::Open(shm_config_, *request_);
       ElementsResponse hello = shm != nullptr ? shm->Hello() : ElementsResponse();
-      // The ring is used by one thread at a time: the sender's, or gRPC's while a chain of writes
-      // runs (the sender waits meanwhile).
-      auto divert = [this, &shm](ElementsResponse& r) {
-        if (shm == nullptr) return;
-        const int64_t diverted = shm->diverted(), fallbacks = shm->fallbacks();
-        shm->Divert(r);
-        worker_->metrics().AddShm(shm->diverted() - diverted, shm->fallbacks() - fallbacks);
-      };
-      if (shm != nullptr && !Write(hello, nullptr)) {
+      if (shm != nullptr && !Write(hello)) {
         status = absl::CancelledError("the client closed the stream");
       } else {
-        status = worker_->StreamElements(
-            *request_, &cancel_, [&](ElementsResponse& r, const WorkerImpl::TryNextResponse& try_next) {
-              divert(r);
-              const WorkerImpl::TryNextResponse more = [&]() {
-                std::optional<ElementsResponse> next = try_next();
-                if (next.has_value()) divert(*next);
-                return next;
-              };
-              return Write(r, &more);
-            });
+        status = worker_->StreamElements(*request_, &cancel_, [this, &shm](ElementsResponse& r) {
+          if (shm != nullptr) {
+            const int64_t diverted = shm->diverted(), fallbacks = shm->fallbacks();
+            shm->Divert(r);
+            worker_->metrics().AddShm(shm->diverted() - diverted, shm->fallbacks() - fallbacks);
+          }
+          return Write(r);
+        });
       }
     }
-    // Every write must complete before Finish (and before OnDone can delete this reactor).
+    // Every queued write must complete before Finish (and before OnDone can delete this reactor).
     if (!AwaitWritesDone() && status.ok()) status = absl::CancelledError("the client closed the stream");
     if (absl::IsCancelled(status) && cancel_.cancelled()) status = absl::CancelledError("the client cancelled the stream");
     Finish(rpc::ToGrpc(status));
@@ -199,19 +185,25 @@ class ElementStreamReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   void OnWriteDone(bool ok) override {
     grpc::ByteBuffer done;
-    done.Swap(&in_flight_);  // only this thread touches in_flight_ until the next write starts
-    done.Clear();  // the sent response's elements are released here, outside any lock
-    // While writing_ is set the sender waits in Write, so more_ stays valid; it is read without the
-    // lock because the thread that set it started this write.
-    std::optional<ElementsResponse> next;
-    if (ok && more_ != nullptr) next = (*more_)();
-    if (!next.has_value()) {
+    Pending next;
+    {
       absl::MutexLock lock(&mu_);
-      if (!ok) failed_ = true;
-      writing_ = false;  // the sender goes on: to the task's buffer, or to Finish
-      return;
+      done.Swap(&in_flight_);  // released below, outside the lock
+      if (!ok) {
+        failed_ = true;
+        queued_.clear();
+        queued_batches_ = 0;
+      }
+      if (queued_.empty()) {
+        writing_ = false;
+        return;
+      }
+      next = std::move(queued_.front());
+      queued_.pop_front();
+      queued_batches_ -= next.batches;
     }
-    grpc::ByteBuffer encoded = ToByteBuffer(EncodeElementsResponse(*next));
+    // Encoded here, when it goes: until then the sender may have appended to it.
+    grpc::ByteBuffer encoded = ToByteBuffer(EncodeElementsResponse(next.response));
     in_flight_.Swap(&encoded);
     StartWrite(&in_flight_);
   }
@@ -219,30 +211,50 @@ class ElementStreamReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   void OnDone() override { delete this; }
 
  private:
-  // Writes `response` and, as each write completes, the responses `more` (may be null) gives,
-  // back to back; returns once a write completes with nothing more to write. False when a write
+  static constexpr size_t kMaxQueuedWrites = 2;
+
+  // Queues `response` for writing (starting the write when none is in flight), waiting while
+  // kMaxQueuedWrites responses are queued. A response queued behind the write in flight takes the
+  // elements of the next one as long as it stays within the request's bounds (ElementsResponse::
+  // CanAppend): when the stream is behind, batches leave as fewer, fuller messages, without
+  // delaying any (none could go before the write in flight completes). Each batch still counts
+  // towards kMaxQueuedWrites, so the sender waits (and the task buffer fills) as it did without
+  // merging: an eager sender would wake for every element the producer pushes. False when a write
   // failed (the stream broke or was cancelled).
-  bool Write(ElementsResponse& response, const WorkerImpl::TryNextResponse* more) {
-    grpc::ByteBuffer next = ToByteBuffer(EncodeElementsResponse(response));
+  bool Write(ElementsResponse& response) {
+    const size_t bytes = response.bytes();
     {
       absl::MutexLock lock(&mu_);
+      auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return failed_ || !writing_ || queued_batches_ < kMaxQueuedWrites;
+      };
+      if (!room()) mu_.Await(absl::Condition(&room));
       if (failed_) return false;
+      if (writing_) {
+        ++queued_batches_;
+        if (!queued_.empty() && queued_.back().response.CanAppend(response, queued_.back().bytes, bytes)) {
+          Pending& last = queued_.back();
+          last.response.elements.insert(last.response.elements.end(), std::make_move_iterator(response.elements.begin()),
+                                        std::make_move_iterator(response.elements.end()));
+          last.bytes += bytes;
+          ++last.batches;
+        } else {
+          queued_.push_back(Pending{std::move(response), bytes, 1});
+        }
+        return true;
+      }
       writing_ = true;
-      more_ = more;
     }
+    grpc::ByteBuffer next = ToByteBuffer(EncodeElementsResponse(response));
     in_flight_.Swap(&next);
     StartWrite(&in_flight_);
-    absl::MutexLock lock(&mu_);
-    // OnWriteDone always comes, with ok=false when the stream broke or was cancelled.
-    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !writing_; };
-    mu_.Await(absl::Condition(&idle));
-    more_ = nullptr;
-    return !failed_;
+    return true;
   }
 
-  // Waits until the write in flight completed; false when one failed.
+  // Waits until every queued write completed; false when one failed.
   bool AwaitWritesDone() {
     absl::MutexLock lock(&mu_);
+    // OnWriteDone always comes, with ok=false when the stream broke or was cancelled.
     auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !writing_; };
     mu_.Await(absl::Condition(&idle));
     return !failed_;
@@ -253,12 +265,17 @@ class ElementStreamReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   const ShmConfig& shm_config_;
   CancelToken cancel_;
   absl::Mutex mu_;
-  // The write in flight: set by the thread that starts it (Write, or OnWriteDone continuing the
-  // chain); only one write is in flight, so only that thread touches it until the write completes.
+  // The write in flight: set by whoever sets writing_ (Write) or keeps it set (OnWriteDone); only
+  // one write is in flight, so only that thread touches it until the write completes.
   grpc::ByteBuffer in_flight_;
-  // Where the writes after the one in flight come from; set while writing_ (see OnWriteDone).
-  const WorkerImpl::TryNextResponse* more_ = nullptr;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  struct Pending {
+    ElementsResponse response;
+    size_t bytes = 0;  // response.bytes()
+    size_t batches = 0;  // Write calls merged into it
+  };
+  std::deque<Pending> queued_ ABSL_GUARDED_BY(mu_);  // behind the write in flight, not yet encoded
+  size_t queued_batches_ ABSL_GUARDED_BY(mu_) = 0;  // the sum of queued_'s batches
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
 };
 

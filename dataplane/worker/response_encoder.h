@@ -29,11 +29,22 @@ namespace sluice::worker {
 struct ElementsResponse {
   std::vector<EncodedElementPtr> elements;
   bool end_of_sequence = false;
+  // The request's bounds on one response (elements, and bytes of element data: the first element
+  // always fits). A writer holding this response unsent, behind a write in flight, may append the
+  // next ones to it within them (CanAppend).
+  size_t max_elements = std::numeric_limits<size_t>::max();
+  size_t max_bytes = std::numeric_limits<size_t>::max();
 
   size_t bytes() const {
     size_t n = 0;
     for (const EncodedElementPtr& e : elements) n += e->size();
     return n;
+  }
+  // Whether `next`'s elements may join this response: neither carries end_of_sequence and the
+  // result stays within this response's bounds. `my_bytes`, `next_bytes`: their bytes().
+  bool CanAppend(const ElementsResponse& next, size_t my_bytes, size_t next_bytes) const {
+    return !end_of_sequence && !next.end_of_sequence && !elements.empty() &&
+           elements.size() + next.elements.size() <= max_elements && my_bytes + next_bytes <= max_bytes;
   }
 };
 

@@ -140,4 +140,27 @@ TEST_CASE("WireEncoder: large, compressed and slab-crossing elements, mixed in o
 }
 
 }  // namespace
+TEST_CASE("response_encoder: a queued response takes the next one only within the request's bounds") {
+  auto batch = [](std::vector<size_t> sizes, bool eos = false) {
+    ElementsResponse r;
+    for (size_t n : sizes) r.elements.push_back(Element(n, service::COMPRESSION_NONE, static_cast<uint8_t>(n)));
+    r.end_of_sequence = eos;
+    r.max_elements = 4;
+    r.max_bytes = 1000;
+    return r;
+  };
+  ElementsResponse queued = batch({100, 200});
+  const size_t bytes = queued.bytes();
+  CHECK(bytes == queued.elements[0]->size() + queued.elements[1]->size());
+  ElementsResponse two = batch({100, 100});
+  CHECK(queued.CanAppend(two, bytes, two.bytes()));                    // 4 elements, under 1000 bytes
+  CHECK_FALSE(queued.CanAppend(batch({100, 100, 100}), bytes, 3 * 100 + 3 * 40));  // 5 elements
+  ElementsResponse big = batch({700});
+  CHECK_FALSE(queued.CanAppend(big, bytes, big.bytes()));              // over max_bytes
+  ElementsResponse end = batch({}, true);
+  CHECK_FALSE(queued.CanAppend(end, bytes, 0));                        // end_of_sequence goes alone
+  CHECK_FALSE(batch({}, true).CanAppend(two, 0, two.bytes()));         // nothing joins the end
+  CHECK_FALSE(ElementsResponse().CanAppend(two, 0, two.bytes()));      // an empty response is not queued
+}
+
 }  // namespace sluice::worker

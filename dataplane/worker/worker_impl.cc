@@ -271,11 +271,6 @@ absl::StatusOr<std::shared_ptr<TaskRunner>> WorkerImpl::FindTask(int64_t task_id
 
 absl::Status WorkerImpl::StreamElements(const service::GetElementsRequest& request, CancelToken* cancel,
                                         const std::function<bool(ElementsResponse&)>& write) {
-  return StreamElements(request, cancel, [&write](ElementsResponse& r, const TryNextResponse&) { return write(r); });
-}
-
-absl::Status WorkerImpl::StreamElements(const service::GetElementsRequest& request, CancelToken* cancel,
-                                        const std::function<bool(ElementsResponse&, const TryNextResponse&)>& write) {
   if (request.max_elements() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_elements must be >= 0 (0: pack elements up to ~1 MiB per response), got ", request.max_elements()));
@@ -297,11 +292,15 @@ absl::Status WorkerImpl::StreamElements(const service::GetElementsRequest& reque
   const size_t max_elements =
       request.max_elements() > 0 ? static_cast<size_t>(request.max_elements()) : std::numeric_limits<size_t>::max();
   const size_t max_payload = static_cast<size_t>(std::max(1024, config_.max_message_bytes - 1024));
-  TaskRunner* const task = runner->get();
-  auto make_response = [&](ElementBuffer::Batch& batch) -> absl::StatusOr<ElementsResponse> {
+  while (true) {
+    if (IsCancelled(cancel)) return absl::CancelledError("the stream was cancelled");
+    auto batch = (*runner)->GetNextBatch(max_elements, config_.max_response_bytes, cancel);
+    if (!batch.ok()) return batch.status();
     ElementsResponse response;
-    response.elements.reserve(batch.elements.size());
-    for (EncodedElementPtr& element : batch.elements) {
+    response.max_elements = max_elements;
+    response.max_bytes = config_.max_response_bytes;
+    response.elements.reserve(batch->elements.size());
+    for (EncodedElementPtr& element : batch->elements) {
       auto recoded = Recode(std::move(element), wanted);
       if (!recoded.ok()) return recoded.status();
       if ((*recoded)->size() > max_payload) {
@@ -312,36 +311,9 @@ absl::Status WorkerImpl::StreamElements(const service::GetElementsRequest& reque
       }
       response.elements.push_back(*std::move(recoded));
     }
-    response.end_of_sequence = batch.end_of_sequence;
-    return response;
-  };
-  // Responses taken by the writer (TryNextResponse): a pre-cancelled token makes the buffer's pop
-  // not wait. An error making one ends the stream once `write` returns.
-  CancelToken no_wait;
-  no_wait.Cancel();
-  absl::Status taken_error;
-  const TryNextResponse try_next = [&]() -> std::optional<ElementsResponse> {
-    if (!taken_error.ok() || IsCancelled(cancel)) return std::nullopt;
-    auto batch = task->GetNextBatch(max_elements, config_.max_response_bytes, &no_wait);
-    if (!batch.ok() || batch->elements.empty()) return std::nullopt;  // none, the end or an error: the loop's
-    auto response = make_response(*batch);
-    if (!response.ok()) {
-      taken_error = response.status();
-      return std::nullopt;
-    }
-    return *std::move(response);
-  };
-  while (true) {
-    if (IsCancelled(cancel)) return absl::CancelledError("the stream was cancelled");
-    auto batch = task->GetNextBatch(max_elements, config_.max_response_bytes, cancel);
-    if (!batch.ok()) return batch.status();
-    auto response = make_response(*batch);
-    if (!response.ok()) return response.status();
-    const bool end_of_sequence = response->end_of_sequence;
-    const bool written = write(*response, try_next);
-    if (!taken_error.ok()) return taken_error;
-    if (!written) return absl::CancelledError("the client closed the stream");
-    if (end_of_sequence) return absl::OkStatus();
+    response.end_of_sequence = batch->end_of_sequence;
+    if (!write(response)) return absl::CancelledError("the client closed the stream");
+    if (batch->end_of_sequence) return absl::OkStatus();
   }
 }
 

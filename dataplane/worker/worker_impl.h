@@ -16,7 +16,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -71,17 +70,6 @@ class WorkerImpl {
   // error, or `cancel`. EncodeElementsResponse (response_encoder.h) makes the wire bytes.
   absl::Status StreamElements(const service::GetElementsRequest& request, CancelToken* cancel,
                               const std::function<bool(ElementsResponse&)>& write);
-  // The next response of a stream without waiting: one when elements are buffered, else nullopt
-  // (none buffered, or the end or an error, which the stream's own loop then reads).
-  using TryNextResponse = std::function<std::optional<ElementsResponse>()>;
-  // The same, with `write` also given a TryNextResponse that stays valid until `write` returns:
-  // a writer may take the next responses itself, e.g. on the transport's thread as each write
-  // completes, instead of returning to the loop (which waits for the task's buffer) for each
-  // one. The loop goes on once `write` returns; the writer must not call it after that. The
-  // responses it gives go out in the order taken; an element too large for a message ends the
-  // stream with the error, as in the loop.
-  absl::Status StreamElements(const service::GetElementsRequest& request, CancelToken* cancel,
-                              const std::function<bool(ElementsResponse&, const TryNextResponse&)>& write);
   // Coordinated reads: the element of request.round for request.consumer_index. With `cancel`
   // already cancelled it does not wait: CANCELLED means "not ready without waiting".
   absl::StatusOr<service::GetElementsResponse> GetElement(const service::GetElementsRequest& request,

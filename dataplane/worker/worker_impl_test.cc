@@ -6,7 +6,6 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <optional>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
@@ -101,50 +100,6 @@ TEST_CASE("worker_impl registers by heartbeat, runs assigned tasks and streams t
   auto gone = worker.FindTask(3, nullptr);
   CHECK(absl::IsNotFound(gone.status()));
   CHECK_THAT(std::string(gone.status().message()), Catch::Contains("task_id 3"));
-}
-
-TEST_CASE("worker_impl: a writer that takes the next responses itself gets every element once, in order") {
-  FakeDispatcher fake;
-  WorkerImpl worker(Config(), &fake);
-  fake.AssignTask("127.0.0.1:7000", MakeTask(4, "source: {range: {stop: 500}}\n"));
-  REQUIRE(worker.Heartbeat().ok());
-  auto runner = worker.FindTask(4, nullptr);
-  REQUIRE(runner.ok());
-  // A full buffer (64) before the first write: its 7 elements leave 57 for the writer to take.
-  REQUIRE(WaitUntil([&] { return (*runner)->Progress().buffered_elements == 64; }));
-  std::vector<int64_t> values;
-  int loop_writes = 0, taken = 0, empty_takes = 0;
-  bool end = false;
-  auto collect = [&](const ElementsResponse& response) {
-    service::GetElementsResponse r;
-    REQUIRE(r.ParseFromString(EncodeElementsResponse(response).Flatten()));
-    for (const auto& e : r.elements()) values.push_back(testing::DecodeInt(e));
-    if (r.end_of_sequence()) end = true;
-  };
-  absl::Status status = worker.StreamElements(
-      ReadRequest(4, 7), nullptr, [&](ElementsResponse& response, const WorkerImpl::TryNextResponse& try_next) {
-        ++loop_writes;
-        collect(response);
-        // As the gRPC adapter does on each completed write: take what is buffered, without waiting.
-        while (true) {
-          std::optional<ElementsResponse> next = try_next();
-          if (!next.has_value()) break;
-          CHECK_FALSE(next->elements.empty());  // the end is left to the loop
-          CHECK_FALSE(next->end_of_sequence);
-          CHECK(next->elements.size() <= 7);  // the request's max_elements holds
-          ++taken;
-          collect(*next);
-        }
-        ++empty_takes;
-        return true;
-      });
-  REQUIRE(status.ok());
-  std::vector<int64_t> expected(500);
-  for (int i = 0; i < 500; ++i) expected[i] = i;
-  CHECK(values == expected);
-  CHECK(end);
-  CHECK(taken >= 8);  // the 57 buffered behind the first write, at most 7 per response
-  CHECK(empty_takes == loop_writes);
 }
 
 TEST_CASE("worker_impl honours max_elements per response") {
