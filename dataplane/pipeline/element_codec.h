@@ -67,6 +67,8 @@ class WireBytes {
   // One range without an owner: whoever makes it keeps the bytes alive as long as this object and
   // its copies. A Builder copies such a range (it cannot view what nothing owns).
   static WireBytes Unowned(const char* data, size_t size);
+  // Makes an empty object Unowned(data, size) in place (no temporary to build, move and destroy).
+  void SetUnowned(const char* data, size_t size);
 
   absl::Span<const Range> ranges() const { return ranges_; }
   size_t size() const { return size_; }

@@ -30,6 +30,10 @@
 namespace sluice::worker {
 
 struct EncodedElement {
+  // User-provided: value-initialising (make_unique<EncodedElement[]>, a WireEncoder slab's block
+  // of 64) would zero-fill every element before constructing it.
+  EncodedElement() noexcept {}
+
   // EncodeElement bytes compressed with `codec`. Uncompressed, large tensor payloads are views of
   // the tensors' memory (no copy until the kernel's); compressed, one owned buffer. A range
   // without an owner (an element in a WireEncoder slab) lives as long as this element, and is

@@ -155,7 +155,7 @@ absl::StatusOr<EncodedElementPtr> WireEncoder::Encode(const pipeline::Element& e
   std::memcpy(out + f.head_size + size, f.tail, f.tail_size);
   slab_->used += total;
   EncodedElement& e = slab_->AddElement();
-  e.bytes = pipeline::WireBytes::Unowned(out + f.head_size, size);
+  e.bytes.SetUnowned(out + f.head_size, size);
   e.codec = pipeline::Codec::kNone;
   e.uncompressed_size = size;
   e.framed = absl::string_view(out, total);
