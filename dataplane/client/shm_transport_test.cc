@@ -3,6 +3,7 @@
 // that sends offsets outside the ring.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -285,6 +286,25 @@ TEST_CASE("shm ring: attaching needs the very file the worker announced") {
   CHECK(std::filesystem::exists(path));
   w->reset();
   CHECK(!std::filesystem::exists(path));
+}
+
+TEST_CASE("shm ring: the worker's streaming copy into the ring copies every byte, at any alignment") {
+  std::string src(80000, '\0');
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>((i * 131 + 7) % 251);
+  std::vector<char> dst(src.size() + 64);
+  for (size_t size : {size_t{0}, size_t{1}, size_t{100}, size_t{4095}, size_t{4096}, size_t{4097}, size_t{70001}}) {
+    for (size_t dst_at : {0, 1, 8, 15, 16, 33}) {
+      for (size_t src_at : {0, 3, 16}) {
+        INFO("size " << size << " dst offset " << dst_at << " src offset " << src_at);
+        std::fill(dst.begin(), dst.end(), 'q');
+        rpc::CopyIntoShmRing(dst.data() + dst_at, src.data() + src_at, size);
+        rpc::ShmRingStoreFence();
+        CHECK(std::memcmp(dst.data() + dst_at, src.data() + src_at, size) == 0);
+        CHECK(std::count(dst.begin(), dst.begin() + dst_at, 'q') == static_cast<long>(dst_at));  // nothing before
+        CHECK(dst[dst_at + size] == 'q');                                                         // nor after
+      }
+    }
+  }
 }
 
 TEST_CASE("shm ring: allocation never wraps a slot, and stops at what the reader has not released") {

@@ -6,6 +6,9 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <unistd.h>
 
 #include <atomic>
@@ -158,6 +161,36 @@ std::optional<ShmRingWriter::Slot> ShmRingWriter::Allocate(uint64_t size) {
   if (position + aligned - consumed() > data_bytes_) return std::nullopt;
   head_ = position + aligned;
   return Slot{position, map_ + kShmHeaderBytes + position % data_bytes_};
+}
+
+void CopyIntoShmRing(char* dst, const char* src, size_t n) {
+#if defined(__SSE2__)
+  constexpr size_t kMinStreamed = 4096;
+  if (n >= kMinStreamed) {
+    const size_t head = (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16;
+    std::memcpy(dst, src, head);
+    dst += head;
+    src += head;
+    n -= head;
+    for (; n >= 64; n -= 64, dst += 64, src += 64) {
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16));
+      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 32));
+      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst), a);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 16), b);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 32), c);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 48), d);
+    }
+  }
+#endif
+  std::memcpy(dst, src, n);
+}
+
+void ShmRingStoreFence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
 }
 
 // ---------------------------------------------------------------- reader
