@@ -526,7 +526,7 @@ TEST_CASE("kill -9 of a worker streaming through shared memory: no duplicates, t
 // A trainer holding the elements it received (views into the worker's ring: no copy) pins the
 // ring; the worker sends what does not fit as bytes, so the client still receives every element,
 // and the held views stay readable after the stream and the client are gone.
-TEST_CASE("a client holding shared-memory elements still receives the rest; held views outlive the client") {
+TEST_CASE("a client holding shared-memory elements still receives the rest, and held views outlive the client") {
   testing::TempDir shm_dir;
   auto options = TestServiceOptions(/*worker_timeout_ms=*/2000);
   options.worker_flags = {"--buffer_elements=8", absl::StrCat("--shm_dir=", shm_dir.path().string()),
