@@ -3,6 +3,9 @@
 // that sends offsets outside the ring.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -130,6 +133,30 @@ TEST_CASE("client_parser: elements in a shared-memory ring are views, released t
   CHECK(ring.writer->consumed() == ring.writer->allocated());  // the worker may reuse everything
   CHECK(ring.reader->held_slots() == 0);
   CHECK(!rpc::IsShmRingView(MakeElement(3).Find("x")->buffer().owner));
+}
+
+TEST_CASE("client_parser: a fork() child dropping its copy of a held element does not free the parent's slot") {
+  shm_test::Ring ring;
+  const std::string bytes = pipeline::EncodeElement(MakeElement(20000));
+  const uint64_t at = ring.Put(bytes);
+  ResponseParser parser(1 << 30, nullptr);
+  parser.set_shm(ring.reader.get());
+  ParsedResponse out;
+  REQUIRE(parser.Parse(Sliced(shm_test::ShmResponse({{at, bytes.size()}}), 4096), &out).ok());
+  REQUIRE(out.elements.size() == 1);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    out.elements.clear();  // the child's copy of the element goes
+    _exit(ring.writer->consumed() == 0 ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(ring.writer->consumed() == 0);  // still held by this process
+  out.elements.clear();
+  CHECK(ring.writer->consumed() == ring.writer->allocated());
 }
 
 TEST_CASE("client_parser: past the view limit elements are copied out of the ring and released at once") {

@@ -231,6 +231,7 @@ absl::StatusOr<std::shared_ptr<ShmRingReader>> ShmRingReader::Attach(const std::
   r->header_ = static_cast<char*>(header);
   r->data_ = static_cast<const char*>(data);
   r->data_bytes_ = data_bytes;
+  r->owner_pid_ = getpid();
   auto* h = reinterpret_cast<Header*>(r->header_);
   if (h->magic != kMagic || h->data_bytes != data_bytes || std::memcmp(h->nonce, nonce.data(), 16) != 0) {
     return absl::FailedPreconditionError(
@@ -307,7 +308,7 @@ void ShmRingReader::PublishLocked() {
   // Positions come in ring order, so nothing not yet received lies below last_end_; a held slot
   // keeps everything from its start.
   const uint64_t end = held_.empty() ? last_end_ : held_.begin()->first;
-  if (end <= released_) return;
+  if (end <= released_ || getpid() != owner_pid_) return;
   released_ = end;
   auto* h = reinterpret_cast<Header*>(header_);
   std::atomic_ref<uint64_t>(h->consumed).store(end, std::memory_order_release);

@@ -27,6 +27,8 @@
 #ifndef SLUICE_DATAPLANE_RPC_SHM_RING_H_
 #define SLUICE_DATAPLANE_RPC_SHM_RING_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -141,6 +143,8 @@ class ShmRingReader : public std::enable_shared_from_this<ShmRingReader> {
 
   // The bytes up to `end` (a position just past bytes already copied out) are done with: the
   // worker may reuse the ring up to there, or up to the oldest slot still held, whichever is lower.
+  // Only the attaching process tells the worker: a fork() child (e.g. a Python DataLoader worker)
+  // dropping its copies of the parent's elements must not free slots the parent still reads.
   void Release(uint64_t end) ABSL_LOCKS_EXCLUDED(mu_);
   // Ring bytes the held slots keep from the worker: from the oldest held slot to the end of the
   // last slot held or released (0 when nothing is held).
@@ -164,6 +168,7 @@ class ShmRingReader : public std::enable_shared_from_this<ShmRingReader> {
   const char* data_ = nullptr;  // read-only, data_bytes_
   mutable absl::Mutex mu_;
   Slots held_ ABSL_GUARDED_BY(mu_);
+  pid_t owner_pid_ = 0;                        // the attaching process (not a fork of it)
   uint64_t last_end_ ABSL_GUARDED_BY(mu_) = 0;  // the furthest end held or released
   uint64_t released_ ABSL_GUARDED_BY(mu_) = 0;  // the consumed word's value, monotonic
 };
