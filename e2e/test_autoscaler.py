@@ -9,17 +9,23 @@ processes (run by process nodes on the test API server, or by a real cluster's n
   fault API), then a restart: the spec changes exactly once, to the size the model asks for — nothing doubled,
   nothing lost;
 - two replicas with leader election: only the Lease holder writes and records Events; SIGKILL it and the other
-  takes over and acts on the next change.
+  takes over and acts on the next change;
+- no Prometheus at all: the autoscaler scrapes the real dispatcher's and workers' /metrics at their pod IPs while a
+  real client (a stand-in trainer using the `sluice` Python module) stalls on them; it scales up, holds while the
+  dispatcher does not answer, and scales down naming the worker to remove once the trainer is gone.
 
-The signal source: a small fake Prometheus HTTP API written here (`FakePrometheus`), named by each DataService's
-spec.autoscaling.metrics.prometheus.url. It answers the autoscaler's default (batched) queries from a model the
-test sets — trainers wanting `demand` elements/s, each Ready worker pod producing at most 50 elements/s with one
-CPU — and counts the Ready worker pods from the API server, so the loop closes through the real operator and pods.
-The stall signals of a real dispatcher need real trainers; the source's parsing of real dispatcher and worker
-pages and of a real Prometheus is tested in autoscaler/sources. The autoscaler runs as a local process (as the
-operator does in these suites), so the fake is reachable on loopback against a real cluster too.
+The signal source of the first three: a small fake Prometheus HTTP API written here (`FakePrometheus`), named by
+each DataService's spec.autoscaling.metrics.prometheus.url. It answers the autoscaler's default (batched) queries
+from a model the test sets — trainers wanting `demand` elements/s, each Ready worker pod producing at most 50
+elements/s with one CPU — and counts the Ready worker pods from the API server, so the loop closes through the real
+operator and pods (and the model's sizes are exact). The direct-scrape test has no model: its numbers are what the
+real processes measure, so it asserts what they imply (a stall above target, elements consumed and produced), not
+values. The autoscaler runs as a local process (as the operator does in these suites), so the fake is reachable on
+loopback against a real cluster too; the direct scrape and the client then need the pod IPs reachable from where
+the test runs, as the operator lifecycle suite's clients do.
 
-The Hybrid test adds a process node and skips on a real cluster; the fault injection is left out there.
+The Hybrid test adds a process node and skips on a real cluster; the fault injection (a held apply, a stopped
+dispatcher) is left out there.
 """
 
 import json
@@ -27,6 +33,8 @@ import math
 import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -36,7 +44,7 @@ import pytest
 
 from e2e import harness
 from e2e.sluice_support import (CRD, GROUP_VERSION, Operator, dataservice, image_map, live_pods, require_binary,
-                                worker_selector)
+                                require_python_module, worker_selector)
 
 NS = "autoscale-e2e"
 PER_WORKER = 50.0  # elements/s one worker produces flat out, with one CPU
@@ -50,7 +58,7 @@ class FakePrometheus:
     """A Prometheus HTTP API (GET /api/v1/query) on 127.0.0.1 answering the autoscaler's default queries.
 
     Per DataService the test sets the trainers' demand (elements/s they would consume without waiting); the
-    Ready worker pods are counted from the API server (cached 0.2 s). Then, per query:
+    Ready worker pods are counted from the API server once per batch of queries. Then, per query:
       supply = demand signal = min(demand, 50 x workers); stall = 1 - supply / demand;
       compute per element = 1 / demand (one trainer); worker CPU = supply / 50; buffered = 0 while stalled.
     Every series carries the labels namespace and dataservice, as `sum by (namespace, dataservice)` gives them."""
@@ -61,7 +69,8 @@ class FakePrometheus:
         self.demand = {}
         self.queries = 0
         self._lock = threading.Lock()
-        self._pods = {}  # name -> (time, ready workers, ready local workers)
+        self._pods = {}  # name -> (batch, ready workers, ready local workers)
+        self._batch = 0  # counts the autoscaler's batches of queries
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -100,16 +109,21 @@ class FakePrometheus:
             return self.queries
 
     def _workers(self, name):
+        """Ready workers, counted once per batch of queries: the answers of one batch (supply, workers, ...) all
+        describe the same pods, as one Prometheus evaluation would. (Counted afresh for each query, the answers of one
+        batch could describe different pods: a run under load remembered a capacity of 37.5 per worker — 150/4, the
+        supply of 3 workers over a count of 4, most likely — and sized 7 workers where 5 were right.)"""
         with self._lock:
             cached = self._pods.get(name)
-        if cached and time.monotonic() - cached[0] < 0.2:
+            batch = self._batch
+        if cached and cached[0] == batch:
             return cached[1], cached[2]
         ready = [p for p in live_pods(self.cluster, self.namespace, worker_selector(name))
                  if any(c.get("type") == "Ready" and c.get("status") == "True"
                         for c in (p.get("status") or {}).get("conditions") or [])]
         local = [p for p in ready if p["metadata"].get("labels", {}).get("sluice.dev/placement") == "local"]
         with self._lock:
-            self._pods[name] = (time.monotonic(), len(ready), len(local))
+            self._pods[name] = (batch, len(ready), len(local))
         return len(ready), len(local)
 
     @staticmethod
@@ -146,10 +160,12 @@ class FakePrometheus:
                 "localWorkers": float(local)}[signal_name]
 
     def answer(self, query):
+        signal_name = self.signal_of(query)
         with self._lock:
             self.queries += 1
             names = sorted(self.demand)
-        signal_name = self.signal_of(query)
+            if signal_name == "stallRatio":  # the first query of each batch (SignalQueryNames() in the source)
+                self._batch += 1
         if signal_name is None:
             return {"status": "error", "errorType": "bad_data", "error": "the fake knows no query %r" % query}
         now = time.time()
@@ -173,10 +189,13 @@ class Autoscaler:
     def __init__(self, cluster, name="autoscaler", args=()):
         self.cluster = cluster
         self.name = name
+        defaults = ["--period=1s", "--window=2s", "--max-signal-age=30s", "--settle-time=2s", "--status-interval=5s",
+                    "--keda=off"]
+        # A flag given in `args` (as --name=value) replaces its default.
+        given = {a.split("=", 1)[0] for a in args if a.startswith("--")}
         self.argv = [require_binary("sluice-autoscaler"), "--kubeconfig", cluster.kubeconfig,
                      "--metrics-address", "127.0.0.1:0", "--health-address", "127.0.0.1:0", "--identity", name,
-                     "--watch-namespace", NS, "--period=1s", "--window=2s", "--max-signal-age=30s", "--settle-time=2s",
-                     "--status-interval=5s", "--keda=off"] + list(args)
+                     "--watch-namespace", NS] + [d for d in defaults if d.split("=", 1)[0] not in given] + list(args)
         self.process = None
         self.metrics_port = None
 
@@ -212,6 +231,22 @@ class Autoscaler:
                 return float(line.rpartition(" ")[2])
         return None
 
+    def metrics(self, prefix):
+        """{'name{labels}': value} of the /metrics series whose name starts with `prefix`."""
+        import http.client
+        conn = http.client.HTTPConnection("127.0.0.1", self.metrics_port, timeout=10)
+        try:
+            conn.request("GET", "/metrics")
+            body = conn.getresponse().read().decode()
+        finally:
+            conn.close()
+        out = {}
+        for line in body.splitlines():
+            if line.startswith(prefix):
+                key, _, value = line.rpartition(" ")
+                out[key] = float(value)
+        return out
+
     def kill(self):
         os.killpg(self.process.pid, signal.SIGKILL)
         self.process.proc.wait()
@@ -240,13 +275,14 @@ def prom(cluster):
 
 
 def autoscaled(name, prom_url, max_replicas=12, **spec):
-    """A DataService with autoscaling on, its metrics from the fake Prometheus, and no workers.replicas (the
-    autoscaler owns it; docs/autoscaling.md)."""
+    """A DataService with autoscaling on, its metrics from the fake Prometheus (prom_url None: from the direct scrape
+    of its pods), and no workers.replicas (the autoscaler owns it; docs/autoscaling.md)."""
     body = dataservice(name, workers={"resources": {"requests": {"cpu": "1", "memory": "64Mi"}},
                                       "minReplicas": 1, "maxReplicas": max_replicas}, **spec)
     del body["spec"]["workers"]["replicas"]
-    body["spec"]["autoscaling"] = {"enabled": True, "targetStallRatio": 0.05, "headroom": 0.05,
-                                   "metrics": {"prometheus": {"url": prom_url}}}
+    body["spec"]["autoscaling"] = {"enabled": True, "targetStallRatio": 0.05, "headroom": 0.05}
+    if prom_url is not None:
+        body["spec"]["autoscaling"]["metrics"] = {"prometheus": {"url": prom_url}}
     return body
 
 
@@ -396,8 +432,15 @@ def test_hybrid_autoscaled_dataservice_fills_local_slots_first_then_remote(clust
     assert split_of == {"local": 1, "remote": want - 1}, split_of
     assert all(node == "gpu-1" for node in split_of.local_nodes) and all(
         node == "node-1" for node in split_of.remote_nodes), split_of.nodes
-    status = get_ds(cluster, "hyb")["status"]["autoscaler"]
-    assert status["desiredReplicas"] == want and status["desiredLocal"] == 1, status
+    # status.autoscaler follows the spec write (on a loaded machine a status write may fail and come a period later).
+    def shifted_status():
+        s = get_ds(cluster, "hyb")["status"]["autoscaler"]
+        return s if s["desiredReplicas"] == want and s["desiredLocal"] == 1 else None
+
+    try:
+        cluster.wait_for(shifted_status, 30, "status.autoscaler desiredReplicas=%d, desiredLocal=1" % want)
+    except TimeoutError as exc:
+        raise AssertionError("%s: %s" % (exc, get_ds(cluster, "hyb")["status"]["autoscaler"])) from None
 
     # The tenant leaves: three slots again, and the autoscaler moves two workers back from remote to local.
     cluster.delete("v1", "Pod", "tenant-0", NS)
@@ -528,3 +571,143 @@ def test_two_replicas_only_the_leader_acts_and_the_standby_takes_over(cluster, p
     cluster.wait_for(lambda: {e["reportingInstance"] for e in autoscaler_events(cluster, "lead", "ScaledUp")}
                      == {holder, standby.name}, 30, "the new leader's ScaledUp Event")
     assert standby.metric("sluice_autoscaler_leader") == 1
+
+
+# ---------------------------------------------------------------------------------------------- direct scrape
+
+# A trainer reading through the real client (its wait and step seconds reach the dispatcher's /metrics by heartbeat)
+# with no compute of its own, from workers that each make a few dozen elements per second (every element is a
+# 1536x1536 RGB image area-resized to 32x32 on one thread): it waits for nearly every element, on any number of
+# workers. (With a 2 ms sleep per element as its "compute", one run in about twenty on a loaded machine scaled down
+# in the middle of the test, before this test printed the autoscaler's log on failure; the likely cause: the sleeps'
+# wake-up latency made the trainer slower than the workers, a true stall of zero.)
+STALLING_TRAINER = r"""
+import sys
+import sluice
+pipeline = {"source": {"synthetic": {"count": 1000000, "shape": [1536, 1536, 3], "dtype": "uint8", "split_size": 8}},
+            "steps": [{"map": {"parallelism": 1,
+                               "ops": [{"resize": {"field": "data", "size": [32, 32], "method": "area"}}]}}]}
+ds = sluice.Dataset(sys.argv[1], pipeline=pipeline, sharding="dynamic", heartbeat_interval_s=0.1,
+                    create_timeout_s=30.0, dispatcher_timeout_s=None)
+for n, element in enumerate(ds):
+    if n == 0:
+        print("reading", flush=True)
+"""
+
+
+def scrape_status(cluster, name):
+    return (get_ds(cluster, name).get("status") or {}).get("autoscaler") or {}
+
+
+def autoscaler_condition(status, kind):
+    return next((c for c in status.get("conditions") or [] if c.get("type") == kind), {})
+
+
+def test_direct_scrape_of_real_pods_scales_a_stalling_trainer_up_holds_without_data_and_down_when_idle(cluster):
+    """No Prometheus: the autoscaler scrapes the dispatcher's and the workers' /metrics at their pod IPs. A real
+    client stalls on one worker: the signals come from the pods (status.autoscaler says so, with the values), the
+    autoscaler scales up to maxReplicas and records the decision. The dispatcher stops answering (SIGSTOP, process
+    nodes only): every signal is missing and the autoscaler holds at 2 — no scale-down on data it does not have
+    (a missing series read as zero would be an idle trainer). The trainer goes: a known demand of zero, and the
+    autoscaler scales down, naming the worker to remove in spec.workers.workersToDelete."""
+    python_path = require_python_module()
+    name = "scrape"
+    Operator(cluster, args=["--concurrency", "2"]).start()
+    body = autoscaled(name, None, max_replicas=2)
+    body["spec"]["autoscaling"]["behavior"] = {"scaleDown": {"stabilizationWindowSeconds": 0}}
+    # The dispatcher keeps workers that missed heartbeats while it was stopped (no churn to hold on afterwards).
+    body["spec"]["dispatcher"]["extraArgs"] = [a for a in body["spec"]["dispatcher"]["extraArgs"]
+                                               if not a.startswith("--worker_timeout_ms")] + ["--worker_timeout_ms=30000"]
+    cluster.apply(body, namespace=NS)
+    wait_workers(cluster, name, 1)
+    history = ReplicaHistory(cluster, name)
+    dispatcher = cluster.get("v1", "Pod", name + "-dispatcher", NS)
+    trainer = subprocess.Popen([sys.executable, "-c", STALLING_TRAINER, "%s:5050" % dispatcher["status"]["podIP"]],
+                               stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=python_path), text=True)
+    autoscaler = None
+    try:
+        assert trainer.stdout.readline().strip() == "reading"
+        autoscaler = Autoscaler(cluster, args=["--status-interval=1s"]).start()
+
+        # The stalling trainer: a decision up, acted on (maxReplicas 2 bounds it).
+        ds = cluster.wait_for(lambda: (lambda d: d if d["spec"]["workers"].get("replicas") == 2 else None)(
+            get_ds(cluster, name)), 60, "spec.workers.replicas=2 from the autoscaler")
+        assert spec_owner(ds) == [(FIELD_MANAGER, "Apply")], ds["metadata"]["managedFields"]
+        scaled_up = cluster.wait_for(lambda: autoscaler_events(cluster, name, "ScaledUp"), 30, "a ScaledUp Event")
+        assert "1 -> 2" in scaled_up[0]["note"], scaled_up[0]
+        assert re.search(r'msg="%s/%s: applied .*ScaledUp: 1 -> 2 workers"' % (NS, name), autoscaler.log()), \
+            autoscaler.log()
+
+        # With both workers scraped, the signals read from the pods are in status.autoscaler: the source, the stall
+        # and the throughput, every one known; the trainer still stalls and maxReplicas holds the size.
+        def both_workers_scraped():
+            s = scrape_status(cluster, name)
+            inputs = s.get("inputs") or {}
+            return s if inputs.get("workers") == 2 and "stallRatio" in inputs else None
+
+        status = cluster.wait_for(both_workers_scraped, 30, "status.autoscaler.inputs from both workers")
+        pods = {p["metadata"]["name"] for p in wait_workers(cluster, name, 2)}
+        inputs = status["inputs"]
+        assert status["source"] == "direct scrape", status
+        assert "missing" not in inputs, inputs
+        assert inputs["stallRatio"] > 0.05 and inputs["demand"] > 0, inputs
+        assert inputs["supply"] > 0 and inputs["workerCpu"] > 0 and inputs["churn"] == 0, inputs
+        assert autoscaler_condition(status, "MetricsAvailable")["status"] == "True", status["conditions"]
+        assert autoscaler_condition(status, "ScalingActive")["status"] == "True", status["conditions"]
+        assert status["stallRatio"] == inputs["stallRatio"] and status["lastScaleTime"], status
+        series = autoscaler.metrics("sluice_autoscaler_")
+        labels = '{dataservice="%s",namespace="%s"}' % (name, NS)
+        assert series["sluice_autoscaler_stall_ratio" + labels] > 0.05, series
+        assert series['sluice_autoscaler_actions_total{dataservice="%s",direction="up",namespace="%s"}' % (name, NS)] \
+            == 1, series
+        errors_key = 'sluice_autoscaler_metric_errors_total{dataservice="%s",namespace="%s",source="scrape"}' % (name, NS)
+        errors_before = series.get(errors_key, 0)
+
+        if not cluster.real:
+            # The dispatcher stops answering: every signal is missing, and the autoscaler holds the size.
+            pid = int(dispatcher["status"]["containerStatuses"][0]["containerID"].split("://")[1])
+            os.killpg(pid, signal.SIGSTOP)
+            try:
+                def holding():
+                    s = scrape_status(cluster, name)
+                    held = autoscaler_condition(s, "ScalingActive")
+                    return s if held.get("status") == "False" and held.get("reason") == "HeldOnMissingData" else None
+
+                status = cluster.wait_for(holding, 30, "ScalingActive=False, HeldOnMissingData")
+                ds = get_ds(cluster, name)
+                # (The metrics are recorded after the status write and the Events.)
+                holding_key = 'sluice_autoscaler_holding{dataservice="%s",namespace="%s",reason="missing_metrics"}' % (
+                    name, NS)
+                series = cluster.wait_for(lambda: (lambda m: m if m.get(holding_key) == 1 else None)(
+                    autoscaler.metrics("sluice_autoscaler_")), 30, "sluice_autoscaler_holding{reason=missing_metrics}")
+            finally:
+                os.killpg(pid, signal.SIGCONT)
+            assert ds["spec"]["workers"]["replicas"] == 2 and not ds["spec"]["workers"].get("workersToDelete"), ds
+            assert status["desiredReplicas"] == 2 and status["decision"]["direction"] == "none", status
+            assert "the dispatcher's /metrics did not answer" in " ".join(status["inputs"]["missing"]), status
+            metrics_available = autoscaler_condition(status, "MetricsAvailable")
+            assert metrics_available["status"] == "False" and metrics_available["reason"] == "MetricsError", status
+            assert series[errors_key] > errors_before, series
+            cluster.wait_for(lambda: autoscaler_events(cluster, name, "Holding"), 30, "a Holding Event")
+
+        # The trainer goes: the demand is a known zero, and the autoscaler removes a worker it names.
+        trainer.kill()
+        trainer.wait()
+        ds = cluster.wait_for(lambda: (lambda d: d if d["spec"]["workers"].get("replicas") == 1 else None)(
+            get_ds(cluster, name)), 60, "spec.workers.replicas=1 from the autoscaler")
+        named = ds["spec"]["workers"].get("workersToDelete") or []
+        assert len(named) == 1 and named[0] in pods, (named, pods)
+        cluster.wait_for(lambda: re.search(r'msg="%s/%s: applied .*Idle: .*ScaledDown: 2 -> 1 workers"' % (NS, name),
+                                           autoscaler.log()), 30, "the scale-down's log line, for an idle trainer")
+        # Every value spec.workers.replicas took (the watch may trail the read above): up once, down once.
+        cluster.wait_for(lambda: history.values[-1:] == [1], 30, "the watch to see replicas=1")
+        assert history.values == [1, 2, 1], history.values
+        assert autoscaler.process.alive()
+    except (AssertionError, TimeoutError) as exc:
+        # What it decided and why (each action's reasons are in its "applied" line).
+        raise AssertionError("%s\nstatus.autoscaler: %s\nautoscaler log:\n%s" % (
+            exc, json.dumps(scrape_status(cluster, name)), autoscaler.log() if autoscaler else "")) from exc
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+            trainer.wait()

@@ -1,6 +1,7 @@
 #include "autoscaler/sources/scrape_source.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -117,21 +118,10 @@ Signals SignalsFromSnapshots(const std::deque<ScrapeSnapshot>& snapshots, absl::
   return s;
 }
 
-absl::StatusOr<std::vector<promtext::MetricSample>> ScrapeSource::Scrape(const std::string& base_url) {
-  const HttpFetcher* fetcher = nullptr;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = fetchers_.find(base_url);
-    if (it == fetchers_.end()) {
-      HttpAuthOptions auth;
-      auth.timeout = options_.timeout;
-      auto created = HttpFetcher::Create(base_url, auth);
-      if (!created.ok()) return created.status();
-      it = fetchers_.emplace(base_url, *std::move(created)).first;
-    }
-    fetcher = it->second.get();
-  }
-  auto result = fetcher->Get("/metrics");
+absl::StatusOr<std::vector<promtext::MetricSample>> ScrapeSource::Scrape(const absl::StatusOr<Fetcher>& fetcher,
+                                                                        const std::string& base_url) {
+  if (!fetcher.ok()) return fetcher.status();
+  auto result = (*fetcher)->Get("/metrics");
   if (!result.ok()) return result.status();
   if (result->status != 200) {
     return absl::UnavailableError(absl::StrCat("GET ", base_url, "/metrics: HTTP ", result->status));
@@ -144,13 +134,41 @@ absl::StatusOr<std::vector<promtext::MetricSample>> ScrapeSource::Scrape(const s
 }
 
 Observation ScrapeSource::Observe(const ObserveRequest& request, absl::Time now) {
+  const std::string key = absl::StrCat(request.ns, "/", request.name);
+  // The clients of this observation's addresses: kept ones reused, new ones made, the rest dropped.
+  std::map<std::string, absl::StatusOr<Fetcher>> fetchers, dropped;  // dropped: destroyed after the lock
+  {
+    absl::MutexLock lock(&mu_);
+    std::map<std::string, absl::StatusOr<Fetcher>>& kept = fetchers_[key];
+    auto take = [&](const std::string& url) {
+      if (url.empty() || fetchers.count(url) > 0) return;
+      auto it = kept.find(url);
+      if (it != kept.end()) {
+        fetchers.emplace(url, std::move(it->second));
+        return;
+      }
+      HttpAuthOptions auth;
+      auth.timeout = options_.timeout;
+      absl::StatusOr<std::unique_ptr<HttpFetcher>> created = HttpFetcher::Create(url, auth);
+      if (created.ok()) {
+        fetchers.emplace(url, Fetcher(*std::move(created)));
+      } else {
+        fetchers.emplace(url, created.status());
+      }
+    };
+    take(request.dispatcher_metrics_url);
+    for (const auto& [name, url] : request.worker_metrics_urls) take(url);
+    dropped = std::exchange(kept, fetchers);
+  }
+  auto scrape = [&fetchers](const std::string& url) { return Scrape(fetchers.at(url), url); };
+
   Observation out;
   ScrapeSnapshot snap;
   snap.at = now;
   if (request.dispatcher_metrics_url.empty()) {
     out.errors.push_back("no dispatcher to scrape (its pod has no IP yet)");
   } else {
-    auto page = Scrape(request.dispatcher_metrics_url);
+    auto page = scrape(request.dispatcher_metrics_url);
     if (page.ok()) {
       AddDispatcherPage(*page, &snap);
     } else {
@@ -159,7 +177,7 @@ Observation ScrapeSource::Observe(const ObserveRequest& request, absl::Time now)
   }
   std::vector<std::string> worker_errors;
   for (const auto& [name, url] : request.worker_metrics_urls) {
-    auto page = Scrape(url);
+    auto page = scrape(url);
     if (page.ok()) {
       AddWorkerPage(name, *page, &snap);
     } else {
@@ -169,7 +187,6 @@ Observation ScrapeSource::Observe(const ObserveRequest& request, absl::Time now)
   if (!request.worker_metrics_urls.empty() && snap.workers.empty()) {
     out.errors.push_back(absl::StrCat("no worker's /metrics answered: ", worker_errors.front()));
   }
-  const std::string key = absl::StrCat(request.ns, "/", request.name);
   absl::MutexLock lock(&mu_);
   std::deque<ScrapeSnapshot>& history = history_[key];
   // Keep the window and one snapshot before it; a clock that went back starts over.
@@ -180,9 +197,19 @@ Observation ScrapeSource::Observe(const ObserveRequest& request, absl::Time now)
   return out;
 }
 
+size_t ScrapeSource::http_clients() {
+  absl::MutexLock lock(&mu_);
+  size_t n = 0;
+  for (const auto& [key, by_url] : fetchers_) {
+    for (const auto& [url, fetcher] : by_url) n += fetcher.ok() ? 1 : 0;
+  }
+  return n;
+}
+
 void ScrapeSource::Forget(const std::string& ns, const std::string& name) {
   absl::MutexLock lock(&mu_);
   history_.erase(absl::StrCat(ns, "/", name));
+  fetchers_.erase(absl::StrCat(ns, "/", name));
 }
 
 Observation RoutingSignalProvider::Observe(const ObserveRequest& request, absl::Time now) {

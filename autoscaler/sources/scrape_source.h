@@ -72,14 +72,20 @@ class ScrapeSource {
   explicit ScrapeSource(ScrapeOptions options) : options_(options) {}
   Observation Observe(const ObserveRequest& request, absl::Time now);
   void Forget(const std::string& ns, const std::string& name);
+  // HTTP clients kept (one per address a DataService's last observation scraped).
+  size_t http_clients();
 
  private:
-  absl::StatusOr<std::vector<promtext::MetricSample>> Scrape(const std::string& base_url);
+  using Fetcher = std::shared_ptr<const HttpFetcher>;  // shared: a scrape in flight keeps its client
+  static absl::StatusOr<std::vector<promtext::MetricSample>> Scrape(const absl::StatusOr<Fetcher>& fetcher,
+                                                                    const std::string& base_url);
 
   const ScrapeOptions options_;
   absl::Mutex mu_;
   std::map<std::string, std::deque<ScrapeSnapshot>> history_ ABSL_GUARDED_BY(mu_);  // by "ns/name"
-  std::map<std::string, std::unique_ptr<HttpFetcher>> fetchers_ ABSL_GUARDED_BY(mu_);
+  // By "ns/name", then base URL: the clients of the pods the DataService's last observation
+  // scraped. Pods come and go with new addresses; the clients of those gone go with them.
+  std::map<std::string, std::map<std::string, absl::StatusOr<Fetcher>>> fetchers_ ABSL_GUARDED_BY(mu_);
 };
 
 // Prometheus when the DataService has a URL, the direct scrape otherwise.

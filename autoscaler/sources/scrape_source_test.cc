@@ -126,5 +126,30 @@ TEST_CASE("scrape source against real admin endpoints: rates from two scrapes, e
   CHECK_FALSE(none.signals.demand.known());
 }
 
+TEST_CASE("scrape source keeps HTTP clients only for the pods it scrapes now") {
+  // Pods come and go with new IPs (every scale-up, restart or roll); a client kept per address ever
+  // scraped grew without bound in a long-running autoscaler.
+  ScrapeSource source({absl::Minutes(1), absl::Seconds(5), absl::Milliseconds(200)});
+  auto request = [](std::string ds, int first_worker, int workers) {
+    ObserveRequest r{"ml", std::move(ds), std::nullopt, {}, "http://127.0.0.1:1", {}};
+    for (int i = first_worker; i < first_worker + workers; ++i) {
+      r.worker_metrics_urls["w" + std::to_string(i)] = "http://127.0.0.2:" + std::to_string(10 + i);
+    }
+    return r;
+  };
+  source.Observe(request("a", 0, 3), kT0);
+  source.Observe(request("b", 0, 1), kT0);
+  CHECK(source.http_clients() == 4 + 2);
+  // Three new worker pods replace the three of "a" (a roll): their clients go with them.
+  for (int round = 1; round <= 5; ++round) source.Observe(request("a", 3 * round, 3), kT0 + absl::Seconds(round));
+  CHECK(source.http_clients() == 4 + 2);
+  source.Observe(request("a", 15, 1), kT0 + absl::Seconds(6));  // scaled down to one worker
+  CHECK(source.http_clients() == 2 + 2);
+  source.Forget("ml", "a");  // the DataService is gone
+  CHECK(source.http_clients() == 2);
+  source.Forget("ml", "b");
+  CHECK(source.http_clients() == 0);
+}
+
 }  // namespace
 }  // namespace sluice::autoscaler

@@ -13,6 +13,7 @@
 #include "bench/dataservice/bench_service.h"
 #include "common/log.h"
 #include "dataplane/client/data_service_client.h"
+#include "bench/pipeline/pipeline_bench.h"
 #include "dataplane/pipeline/pipeline.h"
 #include "dataplane/rpc/shm_ring.h"
 
@@ -42,6 +43,10 @@ absl::Status ValidateOptions(const OverheadBenchOptions& o) {
       return absl::InvalidArgumentError(absl::StrCat("--transport: '", t, "' is not shm or socket"));
     }
   }
+  if (!o.images_dir.empty() && !o.pipeline_file.empty()) {
+    return absl::InvalidArgumentError("--images and --pipeline both name the pipeline; give one of them");
+  }
+  if (o.batch_size < 1) return absl::InvalidArgumentError(absl::StrCat("--batch must be >= 1, got ", o.batch_size));
   return ParseCompression(o.compression).status();
 }
 
@@ -254,8 +259,18 @@ nlohmann::json OverheadTransportsJson(const std::vector<OverheadSample>& in_proc
   return out;
 }
 
+absl::StatusOr<std::string> OverheadPipelineSpec(const OverheadBenchOptions& o) {
+  if (!o.images_dir.empty()) return ResnetPipelineSpec(o.images_dir, o.batch_size);
+  return ReadSpec(o.pipeline_file);
+}
+
 void AddOverheadBenchFlags(CLI::App* app, OverheadBenchOptions& o) {
   app->add_option("--pipeline", o.pipeline_file, "pipeline spec (default: a synthetic decode-like image pipeline)");
+  app->add_option("--images", o.images_dir,
+                  "instead of --pipeline: the ResNet JPEG pipeline of `sluice bench pipeline` over the JPEGs in DIR "
+                  "(created when it has none)");
+  app->add_option("--batch", o.batch_size, "with --images: the batch size")->capture_default_str();
+  app->add_option("--count", o.image_count, "with --images: JPEGs to create when DIR has none")->capture_default_str();
   app->add_option("--rounds", o.rounds, "rounds; each runs both sides, in alternating order")->capture_default_str();
   app->add_option("--seconds", o.seconds, "measured seconds per side and round")->capture_default_str();
   app->add_option("--warmup", o.warmup_seconds, "unmeasured seconds before each window")->capture_default_str();
@@ -271,7 +286,12 @@ void AddOverheadBenchFlags(CLI::App* app, OverheadBenchOptions& o) {
 
 int RunOverheadBenchmark(const OverheadBenchOptions& o, std::ostream& out, std::ostream& err) {
   if (absl::Status s = ValidateOptions(o); !s.ok()) return Fail(err, s, "");
-  auto spec = ReadSpec(o.pipeline_file);
+  if (!o.images_dir.empty()) {
+    if (absl::Status s = EnsureJpegDataset("/usr/bin/python3", o.images_dir, o.image_count, true); !s.ok()) {
+      return Fail(err, s, "");
+    }
+  }
+  auto spec = OverheadPipelineSpec(o);
   if (!spec.ok()) return Fail(err, spec.status(), "");
   auto def = ParseBenchPipeline(*spec, "overhead");
   if (!def.ok()) return Fail(err, def.status(), "");
@@ -316,9 +336,12 @@ int RunOverheadBenchmark(const OverheadBenchOptions& o, std::ostream& out, std::
   }
   const MachineInfo machine_after = ReadMachineInfo();
   nlohmann::json extra = {
-      {"pipeline", o.pipeline_file.empty() ? "built-in synthetic images: 288x384x3 uint8 -> random_resized_crop 224 "
-                                             "-> random_flip -> normalize (float32 CHW)"
-                                           : o.pipeline_file},
+      {"pipeline", !o.images_dir.empty()
+                       ? absl::StrCat("bench/pipeline/resnet.yaml over the JPEGs in ", o.images_dir, ", batch ",
+                                      o.batch_size)
+                       : o.pipeline_file.empty() ? "built-in synthetic images: 288x384x3 uint8 -> random_resized_crop "
+                                                   "224 -> random_flip -> normalize (float32 CHW)"
+                                                 : o.pipeline_file},
       {"pipeline_name", def->name()},
       {"compression", o.compression},
       {"transport_order", o.transports},

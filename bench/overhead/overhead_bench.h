@@ -22,12 +22,19 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include "absl/status/statusor.h"
 #include <nlohmann/json.hpp>
 
 namespace sluice::bench {
 
 struct OverheadBenchOptions {
   std::string pipeline_file;      // empty: the built-in synthetic image pipeline (DefaultOverheadPipeline)
+  // Instead of a pipeline file: the ResNet-style JPEG pipeline of `sluice bench pipeline`
+  // (bench/pipeline/resnet.yaml: region-of-interest decode, crop, flip, normalize) over the JPEGs in
+  // this directory, made by make_jpeg_dataset.py when it has none, batched by `batch_size`.
+  std::string images_dir;
+  int batch_size = 32;
+  int image_count = 2048;         // JPEGs to create when images_dir has none
   int rounds = 3;                 // each round runs both sides; the order alternates (ABBA)
   double seconds = 6;             // measured window per side and round
   double warmup_seconds = 3;      // unmeasured reading before each window (start-up, autotuning)
@@ -48,6 +55,9 @@ int RunOverheadBenchmark(const OverheadBenchOptions& options, std::ostream& out,
 
 // The built-in pipeline (YAML).
 std::string DefaultOverheadPipeline();
+// The spec the options name: --pipeline's file, the JPEG pipeline over --images, or the built-in one.
+// Does not create the JPEGs.
+absl::StatusOr<std::string> OverheadPipelineSpec(const OverheadBenchOptions& options);
 
 // One measured window of one side.
 struct OverheadSample {

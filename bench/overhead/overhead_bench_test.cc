@@ -114,7 +114,35 @@ TEST_CASE("Invalid overhead options and pipelines fail before any process starts
   testing::WriteFile(dir.File("bad.yaml"), "name: x\nsource: {nosuchsource: {}}\n");
   o.pipeline_file = dir.File("bad.yaml");
   CHECK(RunOverheadBenchmark(o, out, err) == 1);
+  o = OverheadBenchOptions();
+  o.pipeline_file = dir.File("bad.yaml");
+  o.images_dir = dir.path().string();
+  CHECK(RunOverheadBenchmark(o, out, err) == 1);
+  CHECK(err.str().find("--images and --pipeline") != std::string::npos);
+  o = OverheadBenchOptions();
+  o.images_dir = dir.path().string();
+  o.batch_size = 0;
+  CHECK(RunOverheadBenchmark(o, out, err) == 1);
+  CHECK(err.str().find("--batch must be >= 1, got 0") != std::string::npos);
   CHECK(out.str().empty());
+}
+
+TEST_CASE("Option images runs the pipeline benchmark's ResNet JPEG pipeline with the given batch") {
+  OverheadBenchOptions o;
+  o.images_dir = "/some/jpegs";
+  o.batch_size = 7;
+  auto spec = OverheadPipelineSpec(o);
+  REQUIRE(spec.ok());
+  CHECK(spec->find("/some/jpegs/*.jpg") != std::string::npos);
+  CHECK(spec->find("${") == std::string::npos);
+  auto def = ParseBenchPipeline(*spec, "overhead");
+  REQUIRE(def.ok());
+  CHECK(def->name() == "resnet-bench");
+  CHECK(spec->find("batch: {size: 7}") != std::string::npos);
+  o.images_dir.clear();
+  auto builtin = OverheadPipelineSpec(o);
+  REQUIRE(builtin.ok());
+  CHECK(*builtin == DefaultOverheadPipeline());
 }
 
 TEST_CASE("A tiny overhead run prints a JSON last line with positive CPU numbers") {

@@ -128,19 +128,7 @@ int RunCommand(const std::string& command, const std::function<void(const std::s
 }
 
 absl::Status EnsureDataset(const PipelineBenchOptions& options, const fs::path& dir, bool explicit_dir) {
-  if (explicit_dir && !JpegFiles(dir).empty()) {
-    Say(absl::StrCat("bench pipeline: using the JPEGs already in ", dir.string()));
-    return absl::OkStatus();
-  }
-  const std::string script = (fs::path(BenchPipelineDir()) / "make_jpeg_dataset.py").string();
-  const std::string command = absl::StrCat(ShellQuote(options.python), " ", ShellQuote(script), " ",
-                                           ShellQuote(dir.string()), " --count ", options.image_count, " 2>&1");
-  int rc = RunCommand(command, [](const std::string& line) { Say(line); });
-  if (rc != 0) {
-    return absl::InternalError(absl::StrCat("make_jpeg_dataset.py failed (exit ", rc, "): ", command));
-  }
-  if (JpegFiles(dir).empty()) return absl::InternalError(absl::StrCat("no JPEGs in ", dir.string()));
-  return absl::OkStatus();
+  return EnsureJpegDataset(options.python, dir.string(), options.image_count, explicit_dir);
 }
 
 // Reads every file once so both sides start with the same warm page cache.
@@ -256,6 +244,32 @@ absl::StatusOr<SideResult> RunTorch(const PipelineBenchOptions& options, const f
 std::string BenchPipelineDir() {
   if (const char* env = std::getenv("SLUICE_BENCH_PIPELINE_DIR"); env != nullptr && *env != '\0') return env;
   return SLUICE_BENCH_PIPELINE_SOURCE_DIR;
+}
+
+absl::Status EnsureJpegDataset(const std::string& python, const std::string& dir_name, int count, bool explicit_dir) {
+  const fs::path dir = dir_name;
+  if (explicit_dir && !JpegFiles(dir).empty()) {
+    Say(absl::StrCat("bench: using the JPEGs already in ", dir.string()));
+    return absl::OkStatus();
+  }
+  const std::string script = (fs::path(BenchPipelineDir()) / "make_jpeg_dataset.py").string();
+  const std::string command = absl::StrCat(ShellQuote(python), " ", ShellQuote(script), " ", ShellQuote(dir.string()),
+                                           " --count ", count, " 2>&1");
+  int rc = RunCommand(command, [](const std::string& line) { Say(line); });
+  if (rc != 0) {
+    return absl::InternalError(absl::StrCat("make_jpeg_dataset.py failed (exit ", rc, "): ", command));
+  }
+  if (JpegFiles(dir).empty()) return absl::InternalError(absl::StrCat("no JPEGs in ", dir.string()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ResnetPipelineSpec(const std::string& images_dir, int batch_size) {
+  const std::string spec_path = (fs::path(BenchPipelineDir()) / "resnet.yaml").string();
+  std::ifstream in(spec_path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", spec_path, " (set SLUICE_BENCH_PIPELINE_DIR)"));
+  std::stringstream text;
+  text << in.rdbuf();
+  return ExpandSpecTemplate(text.str(), fs::absolute(images_dir).string(), batch_size);
 }
 
 std::string ExpandSpecTemplate(absl::string_view text, absl::string_view images_dir, int batch_size) {

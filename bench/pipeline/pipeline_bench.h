@@ -44,6 +44,13 @@ void AddPipelineBenchFlags(CLI::App* app, PipelineBenchOptions& options);
 // Runs the benchmark; returns the process exit code (0 on success).
 int RunPipelineBenchmark(const PipelineBenchOptions& options);
 
+// Makes sure `dir` holds the benchmark's JPEG set: with `explicit_dir` and JPEGs already there they
+// are used as they are; otherwise make_jpeg_dataset.py (run by `python`) creates `count` of them
+// (idempotent). Errors name the command that failed.
+absl::Status EnsureJpegDataset(const std::string& python, const std::string& dir, int count, bool explicit_dir);
+// The ResNet-style pipeline (resnet.yaml) over the JPEGs in `images_dir`, batched by `batch_size`.
+absl::StatusOr<std::string> ResnetPipelineSpec(const std::string& images_dir, int batch_size);
+
 // --- pure helpers (exposed for tests) ------------------------------------------------------------
 
 // One run of one side.
