@@ -523,5 +523,43 @@ TEST_CASE("kill -9 of a worker streaming through shared memory: no duplicates, t
   }
 }
 
+// A trainer holding the elements it received (views into the worker's ring: no copy) pins the
+// ring; the worker sends what does not fit as bytes, so the client still receives every element,
+// and the held views stay readable after the stream and the client are gone.
+TEST_CASE("a client holding shared-memory elements still receives the rest, and held views outlive the client") {
+  testing::TempDir shm_dir;
+  auto options = TestServiceOptions(/*worker_timeout_ms=*/2000);
+  options.worker_flags = {"--buffer_elements=8", absl::StrCat("--shm_dir=", shm_dir.path().string()),
+                          "--shm_ring_bytes=1048576"};  // room for 30 elements of 32 KiB
+  auto service = StartService(1, options);
+  constexpr int64_t kElements = 300;
+  auto client_options = ClientOptions(service->dispatcher_address(), PaddedRangePipeline(kElements, 20, 4096),
+                                      service::SHARDING_OFF);
+  client_options.compression = service::COMPRESSION_NONE;
+  auto client = MakeClient(client_options);
+  const int64_t held_before = rpc::ShmElementsHeld();
+  std::vector<pipeline::Element> kept;  // every element, held to the end
+  while (std::optional<pipeline::Element> e = Next(*client)) kept.push_back(*std::move(e));
+  INFO(service->Logs());
+  REQUIRE(static_cast<int64_t>(kept.size()) == kElements);
+  std::vector<int64_t> values;
+  int64_t views = 0;
+  for (const pipeline::Element& e : kept) {
+    values.push_back(IntField(e));
+    if (rpc::IsShmRingView(e.Find("value")->buffer().owner)) ++views;
+  }
+  const auto counts = Counts(values);
+  CHECK(CountProblems(counts, kElements, 1) == "");
+  INFO(views << " elements held as views");
+  CHECK(views > 0);
+  CHECK(rpc::ShmElementsHeld() - held_before >= views);
+  CHECK(WorkerMetric(*service, 0, "sluice_worker_shm_fallback_elements_total") > 0);  // the ring filled
+  client.reset();
+  service.reset();
+  std::vector<int64_t> again;
+  for (const pipeline::Element& e : kept) again.push_back(IntField(e));
+  CHECK(again == values);
+}
+
 }  // namespace
 }  // namespace sluice::e2e

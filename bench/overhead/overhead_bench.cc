@@ -116,7 +116,7 @@ absl::StatusOr<OverheadSample> RunThroughService(local::LocalDataService& ds, co
   if (!created.ok()) return created.status();
   std::unique_ptr<client::DataServiceClient> c = *std::move(created);
   const std::vector<pid_t> pids = {ds.dispatcher().process->pid(), ds.worker(0).process->pid(), getpid()};
-  int64_t shm_before = 0;
+  int64_t shm_before = 0, views_before = 0;
   bool started = false;
   auto sample = Measure(pids, absl::Seconds(o.warmup_seconds), absl::Seconds(o.seconds),
                         [&]() -> absl::StatusOr<bool> {
@@ -125,10 +125,16 @@ absl::StatusOr<OverheadSample> RunThroughService(local::LocalDataService& ds, co
                           return e->has_value();
                         },
                         [&] {
-                          if (!started) shm_before = rpc::ShmElementsReceived();
+                          if (!started) {
+                            shm_before = rpc::ShmElementsReceived();
+                            views_before = rpc::ShmElementsHeld();
+                          }
                           started = true;
                         });
-  if (sample.ok()) sample->shm_elements = rpc::ShmElementsReceived() - shm_before;
+  if (sample.ok()) {
+    sample->shm_elements = rpc::ShmElementsReceived() - shm_before;
+    sample->shm_views = rpc::ShmElementsHeld() - views_before;
+  }
   c->Cancel();
   return sample;
 }
@@ -207,13 +213,16 @@ nlohmann::json OverheadResultJson(const std::vector<OverheadSample>& in_process,
     breakdown[names[p]] = Round(Median(v) * 1e3, 4);
   }
   out["service_cpu_ms_per_element_by_process"] = std::move(breakdown);
-  int64_t service_elements = 0, shm_elements = 0;
+  int64_t service_elements = 0, shm_elements = 0, shm_views = 0;
   for (const auto& s : service) {
     service_elements += s.elements;
     shm_elements += s.shm_elements;
+    shm_views += s.shm_views;
   }
-  // Share of the elements the client copied out of shared memory (the rest came as bytes).
+  // Share of the elements the client received through shared memory (the rest came as bytes), and
+  // of those handed to the consumer as views into the ring (the rest copied out of it).
   out["shm_element_share"] = Round(service_elements > 0 ? static_cast<double>(shm_elements) / service_elements : 0, 3);
+  out["shm_view_share"] = Round(shm_elements > 0 ? static_cast<double>(shm_views) / shm_elements : 0, 3);
   nlohmann::json trials = nlohmann::json::array();
   auto add = [&](const char* side, const OverheadSample& s) {
     trials.push_back({{"side", side},
@@ -316,9 +325,10 @@ int RunOverheadBenchmark(const OverheadBenchOptions& o, std::ostream& out, std::
                              o.rounds, label, sample->seconds > 0 ? sample->elements / sample->seconds : 0,
                              sample->cpu_per_element() * 1e3);
       if (service_side) {
-        err << absl::StrFormat("  (dispatcher %.3f s, worker %.3f s, client %.3f s; %d of %d elements via shm)",
-                               sample->process_cpu_seconds[0], sample->process_cpu_seconds[1],
-                               sample->process_cpu_seconds[2], sample->shm_elements, sample->elements);
+        err << absl::StrFormat(
+            "  (dispatcher %.3f s, worker %.3f s, client %.3f s; %d of %d elements via shm, %d as views)",
+            sample->process_cpu_seconds[0], sample->process_cpu_seconds[1], sample->process_cpu_seconds[2],
+            sample->shm_elements, sample->elements, sample->shm_views);
       }
       err << std::endl;
       (service_side ? service[side - 1].second : in_process).push_back(*std::move(sample));

@@ -65,7 +65,8 @@ struct OverheadSample {
   double seconds = 0;
   double cpu_seconds = 0;                   // all processes of the side
   std::vector<double> process_cpu_seconds;  // in-process: {this}; service: {dispatcher, worker, client}
-  int64_t shm_elements = 0;                 // service: elements the client copied out of shared memory
+  int64_t shm_elements = 0;                 // service: elements the client received through shared memory
+  int64_t shm_views = 0;                    // service: of those, the ones handed out as views (no copy)
   double cpu_per_element() const { return elements > 0 ? cpu_seconds / static_cast<double>(elements) : 0; }
 };
 

@@ -59,6 +59,7 @@ TEST_CASE("OverheadTransportsJson heads with the first transport and lists every
   std::vector<OverheadSample> local = {Sample(100, 1.0, {1.0})};
   OverheadSample shm = Sample(100, 1.1, {0.01, 0.99, 0.1});
   shm.shm_elements = 100;
+  shm.shm_views = 75;
   std::vector<std::pair<std::string, std::vector<OverheadSample>>> service = {
       {"shm", {shm}}, {"socket", {Sample(100, 1.5, {0.01, 1.29, 0.2})}}};
   auto j = OverheadTransportsJson(local, service, 0.1, {{"pipeline", "test"}});
@@ -66,6 +67,7 @@ TEST_CASE("OverheadTransportsJson heads with the first transport and lists every
   CHECK(j["transport"] == "shm");
   CHECK(j["overhead"].get<double>() == Approx(0.1));
   CHECK(j["shm_element_share"].get<double>() == Approx(1.0));
+  CHECK(j["shm_view_share"].get<double>() == Approx(0.75));
   CHECK(j["transports"]["shm"]["overhead"].get<double>() == Approx(0.1));
   CHECK(j["transports"]["socket"]["overhead"].get<double>() == Approx(0.5));
   CHECK(j["transports"]["socket"]["shm_element_share"].get<double>() == 0);
@@ -170,7 +172,11 @@ TEST_CASE("A tiny overhead run prints a JSON last line with positive CPU numbers
   REQUIRE(j["transports"].contains("socket"));
   CHECK(j["transports"]["socket"]["service_cpu_ms_per_element"].get<double>() > 0);
   CHECK(j["transports"]["socket"]["shm_element_share"].get<double>() == 0);
-  if (access("/dev/shm", W_OK) == 0) CHECK(j["transports"]["shm"]["shm_element_share"].get<double>() > 0);
+  if (access("/dev/shm", W_OK) == 0) {
+    CHECK(j["transports"]["shm"]["shm_element_share"].get<double>() > 0);
+    // This consumer drops each element at once: they are views into the ring, not copies.
+    CHECK(j["transports"]["shm"]["shm_view_share"].get<double>() > 0);
+  }
 }
 
 }  // namespace

@@ -240,6 +240,15 @@ absl::Status ResponseParser::Parse(const grpc::ByteBuffer& message, ParsedRespon
     size_t data_size = 0;
     std::shared_ptr<const void> owner;
     uint64_t compression = 0, uncompressed_size = 0, shm_offset = 0, shm_size = 0;
+    uint64_t release_at = 0;       // ring position to release once the element is read (0: none)
+    // Releases the ring bytes read in place once done with (also on every error below).
+    struct ReleaseRing {
+      rpc::ShmRingReader* ring;
+      const uint64_t* end;
+      ~ReleaseRing() {
+        if (*end != 0) ring->Release(*end);
+      }
+    } release_ring{shm_, &release_at};
     while (r.pos() < end) {
       uint64_t k;
       if (!r.Varint(&k)) return bad("truncated ElementData field key");
@@ -282,21 +291,37 @@ absl::Status ResponseParser::Parse(const grpc::ByteBuffer& message, ParsedRespon
       }
     }
     if (r.pos() != end) return bad("ElementData fields run past its length");
-    if (shm_size > 0) {  // the bytes are in the shared-memory ring: copied out once, then released
+    if (shm_size > 0) {  // the bytes are in the shared-memory ring: viewed there, or copied out once
       if (data_size > 0) return bad("ElementData has both data and shm_size");
       if (shm_ == nullptr) return bad("ElementData.shm_size is set but this stream has no shared-memory ring");
       if (shm_size > max_element_bytes_) {
         return bad(absl::StrCat("ElementData.shm_size ", shm_size, " is above the client's max_element_bytes ",
                                 max_element_bytes_));
       }
-      absl::StatusOr<absl::string_view> bytes = shm_->View(shm_offset, shm_size);
-      if (!bytes.ok()) return bytes.status();
-      std::string buffer = TakeAligned(shm_size);
-      const size_t pad = buffer.size();
-      buffer.append(bytes->data(), bytes->size());
-      shm_->Release(shm_offset + shm_size);
+      // A view while the slots held stay within the limit (an uncompressed element's tensors
+      // then point into the ring, which keeps its slot until they are dropped); beyond it, or for
+      // a compressed element (decompressed straight out of the ring below), the slot is released
+      // once read.
+      const bool view = compression == service::COMPRESSION_NONE && shm_->held_span() + shm_size <= shm_view_limit_;
+      if (view) {
+        absl::StatusOr<rpc::ShmRingReader::Held> held = shm_->Hold(shm_offset, shm_size);
+        if (!held.ok()) return held.status();
+        data = const_cast<char*>(held->bytes.data());  // read-only: tensors expose it as const
+        owner = std::move(held->owner);
+      } else {
+        absl::StatusOr<absl::string_view> bytes = shm_->View(shm_offset, shm_size);
+        if (!bytes.ok()) return bytes.status();
+        if (compression == service::COMPRESSION_NONE) {
+          std::string buffer = TakeAligned(shm_size);
+          const size_t pad = buffer.size();
+          buffer.append(bytes->data(), bytes->size());
+          data = Adopt(std::move(buffer), pad, &owner);
+        } else {
+          data = const_cast<char*>(bytes->data());  // decompressed below (read only), then released
+        }
+        release_at = shm_offset + shm_size;
+      }
       data_size = shm_size;
-      data = Adopt(std::move(buffer), pad, &owner);
     }
     if (uncompressed_size > max_element_bytes_) {
       return bad(absl::StrCat("element declares uncompressed_size ", uncompressed_size,
@@ -325,9 +350,9 @@ absl::Status ResponseParser::Parse(const grpc::ByteBuffer& message, ParsedRespon
       }
       element = pipeline::DecodeElementTo(std::move(owner), absl::string_view(data, data_size), &decoded.element);
     } else {
-      scratch_.assign(data == nullptr ? "" : data, data_size);
+      auto raw = pipeline::Decompress(absl::string_view(data == nullptr ? "" : data, data_size), codec,
+                                      uncompressed_size);
       owner.reset();
-      auto raw = pipeline::Decompress(scratch_, codec, uncompressed_size);
       if (!raw.ok()) {
         out->elements.pop_back();
         return bad(absl::StrCat("cannot decompress element (", data_size, " compressed bytes, uncompressed_size ",

@@ -47,7 +47,7 @@ struct ParsedResponse {
 };
 
 // Reads GetElementsResponse messages straight from gRPC's received slices, without protobuf:
-// each element's bytes are copied once, small ones (up to kMaxChunkedElementBytes) into a shared
+// each element's bytes are copied once (or not at all: shared memory, set_shm), small ones (up to kMaxChunkedElementBytes) into a shared
 // chunk of kChunkBytes at a 64-byte aligned offset (no allocation per element; the element's
 // tensors keep the chunk alive, so a live element holds at most kChunkBytes; a message starts a
 // fresh chunk when the current one is more than half used), larger ones into
@@ -66,10 +66,20 @@ class ResponseParser {
       : max_element_bytes_(max_element_bytes), pool_(std::move(pool)) {}
 
   absl::Status Parse(const grpc::ByteBuffer& message, ParsedResponse* out);
-  // The stream's shared-memory ring (dataplane/rpc/shm_ring.h; may be null, must outlive the
-  // parsing): elements with ElementData.shm_size are copied out of it once, then released to the
-  // worker. Without a ring such an element is an error.
-  void set_shm(rpc::ShmRingReader* ring) { shm_ = ring; }
+  // The stream's shared-memory ring (dataplane/rpc/shm_ring.h; may be null; owned by a shared_ptr,
+  // as Attach makes it, and alive while parsing). An uncompressed element with
+  // ElementData.shm_size is handed out as a view into the ring (no copy): its tensors keep the
+  // ring's slot reserved, and the mapping alive, until the last of them is dropped
+  // (ShmRingReader::Hold). Once the slots held would span more than `view_limit` bytes of the
+  // ring (default: half of it; a trainer holding many elements, or one for long), elements are
+  // copied out once and released at once instead, so that the worker keeps room to write; a
+  // compressed one is decompressed straight out of the ring and released. Without a ring such an
+  // element is an error.
+  void set_shm(rpc::ShmRingReader* ring) {
+    shm_ = ring;
+    shm_view_limit_ = ring == nullptr ? 0 : ring->data_bytes() / 2;
+  }
+  void set_shm_view_limit(uint64_t bytes) { shm_view_limit_ = bytes; }
 
  private:
   // Room for `size` (<= kMaxChunkedElementBytes) bytes in the chunk at a 64-byte aligned address,
@@ -84,8 +94,8 @@ class ResponseParser {
   const std::shared_ptr<BufferPool> pool_;
   std::shared_ptr<char[]> chunk_;
   size_t chunk_used_ = 0;
-  std::string scratch_;  // compressed bytes
   rpc::ShmRingReader* shm_ = nullptr;
+  uint64_t shm_view_limit_ = 0;
 };
 
 }  // namespace sluice::client

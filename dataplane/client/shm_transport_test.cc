@@ -3,6 +3,10 @@
 // that sends offsets outside the ring.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -72,12 +76,12 @@ struct Ring {
   }
   sluice::testing::TempDir dir;
   std::unique_ptr<rpc::ShmRingWriter> writer;
-  std::unique_ptr<rpc::ShmRingReader> reader;
+  std::shared_ptr<rpc::ShmRingReader> reader;
 };
 
 }  // namespace shm_test
 
-TEST_CASE("client_parser: elements in a shared-memory ring are copied out once and released to the worker") {
+TEST_CASE("client_parser: elements in a shared-memory ring are views, released to the worker when dropped") {
   shm_test::Ring ring;
   // Attaching unlinked the file: neither side's death can leave it behind.
   CHECK(ring.writer->unlinked());
@@ -86,23 +90,129 @@ TEST_CASE("client_parser: elements in a shared-memory ring are copied out once a
   const std::string bytes = pipeline::EncodeElement(e);
   const uint64_t a = ring.Put(bytes);
   const uint64_t b = ring.Put(bytes);
+  const uint64_t c = ring.Put(bytes);
   CHECK(ring.writer->consumed() == 0);
   ResponseParser parser(1 << 30, nullptr);
   parser.set_shm(ring.reader.get());
   const int64_t received_before = rpc::ShmElementsReceived();
+  const int64_t held_before = rpc::ShmElementsHeld();
   ParsedResponse out;
-  const absl::Status parsed = parser.Parse(Sliced(shm_test::ShmResponse({{a, bytes.size()}, {b, bytes.size()}}), 100), &out);
+  const absl::Status parsed = parser.Parse(
+      Sliced(shm_test::ShmResponse({{a, bytes.size()}, {b, bytes.size()}, {c, bytes.size()}}), 100), &out);
   INFO(parsed.ToString());
   REQUIRE(parsed.ok());
-  REQUIRE(out.elements.size() == 2);
-  CHECK(rpc::ShmElementsReceived() - received_before == 2);
-  CHECK(ring.writer->consumed() == b + bytes.size());  // the worker may reuse everything read
-  // The elements own their copies: the ring's space is overwritten, they are not.
-  std::memset(ring.writer->Allocate(ring.writer->data_bytes() / 2)->data, 0x5a, ring.writer->data_bytes() / 2);
+  REQUIRE(out.elements.size() == 3);
+  CHECK(rpc::ShmElementsReceived() - received_before == 3);
+  CHECK(rpc::ShmElementsHeld() - held_before == 3);
+  auto in_ring = [&](const DecodedElement& d) {
+    const char* p = reinterpret_cast<const char*>(d.element.Find("x")->raw());
+    const auto view = ring.reader->View(0, ring.reader->data_bytes());
+    return p >= view->data() && p < view->data() + view->size();
+  };
   for (const DecodedElement& d : out.elements) {
     CHECK(d.element.key() == 42);
     CHECK(d.element.Find("x")->data<int32_t>()[19999] == 19999 % 7);
+    CHECK(in_ring(d));  // no copy: the tensor points into the ring
+    CHECK(rpc::IsShmRingView(d.element.Find("x")->buffer().owner));
   }
+  CHECK(ring.reader->held_slots() == 3);
+  CHECK(ring.reader->held_span() == c + bytes.size() - a);
+  // Held elements keep their slots: nothing is released yet.
+  CHECK(ring.writer->consumed() == 0);
+  // Out of order: dropping the middle one frees nothing (the first still holds the ring's start);
+  // then the first: everything up to the third, which is still held.
+  pipeline::Tensor keep_c = *out.elements[2].element.Find("x");  // a copy of a tensor holds the slot too
+  out.elements[1] = DecodedElement();
+  CHECK(ring.writer->consumed() == 0);
+  out.elements[0] = DecodedElement();
+  CHECK(ring.writer->consumed() == c);
+  out.elements.clear();
+  CHECK(ring.writer->consumed() == c);
+  CHECK(keep_c.data<int32_t>()[19999] == 19999 % 7);
+  keep_c = pipeline::Tensor();
+  CHECK(ring.writer->consumed() == ring.writer->allocated());  // the worker may reuse everything
+  CHECK(ring.reader->held_slots() == 0);
+  CHECK(!rpc::IsShmRingView(MakeElement(3).Find("x")->buffer().owner));
+}
+
+TEST_CASE("client_parser: a fork() child dropping its copy of a held element does not free the parent's slot") {
+  shm_test::Ring ring;
+  const std::string bytes = pipeline::EncodeElement(MakeElement(20000));
+  const uint64_t at = ring.Put(bytes);
+  ResponseParser parser(1 << 30, nullptr);
+  parser.set_shm(ring.reader.get());
+  ParsedResponse out;
+  REQUIRE(parser.Parse(Sliced(shm_test::ShmResponse({{at, bytes.size()}}), 4096), &out).ok());
+  REQUIRE(out.elements.size() == 1);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    out.elements.clear();  // the child's copy of the element goes
+    _exit(ring.writer->consumed() == 0 ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(ring.writer->consumed() == 0);  // still held by this process
+  out.elements.clear();
+  CHECK(ring.writer->consumed() == ring.writer->allocated());
+}
+
+TEST_CASE("client_parser: past the view limit elements are copied out of the ring and released at once") {
+  shm_test::Ring ring;
+  const std::string bytes = pipeline::EncodeElement(MakeElement(20000));
+  ResponseParser parser(1 << 30, nullptr);
+  parser.set_shm(ring.reader.get());
+  // Room for two held elements' span.
+  parser.set_shm_view_limit(2 * bytes.size() + 64);
+  const uint64_t a = ring.Put(bytes), b = ring.Put(bytes), c = ring.Put(bytes);
+  ParsedResponse out;
+  REQUIRE(parser.Parse(Sliced(shm_test::ShmResponse({{a, bytes.size()}, {b, bytes.size()}, {c, bytes.size()}}), 4096),
+                       &out)
+              .ok());
+  REQUIRE(out.elements.size() == 3);
+  CHECK(rpc::IsShmRingView(out.elements[0].element.Find("x")->buffer().owner));
+  CHECK(rpc::IsShmRingView(out.elements[1].element.Find("x")->buffer().owner));
+  CHECK(!rpc::IsShmRingView(out.elements[2].element.Find("x")->buffer().owner));  // a copy
+  CHECK(ring.writer->consumed() == 0);  // the copied one is released, but the first is still held
+  out.elements.resize(1);
+  CHECK(ring.writer->consumed() == 0);
+  out.elements.clear();
+  CHECK(ring.writer->consumed() == ring.writer->allocated());
+  // The copy outlives its slot being overwritten; with nothing held, the next element is a view again.
+  const uint64_t d = ring.Put(bytes);
+  REQUIRE(parser.Parse(Sliced(shm_test::ShmResponse({{d, bytes.size()}}), 4096), &out).ok());
+  REQUIRE(out.elements.size() == 1);
+  CHECK(rpc::IsShmRingView(out.elements[0].element.Find("x")->buffer().owner));
+}
+
+TEST_CASE("client_parser: a compressed element in the ring is decompressed out of it and released") {
+  shm_test::Ring ring;
+  const std::string raw = pipeline::EncodeElement(MakeElement(20000));
+  auto packed = pipeline::Compress(raw, pipeline::Codec::kLz4);
+  REQUIRE(packed.ok());
+  const uint64_t at = ring.Put(*packed);
+  service::GetElementsResponse m;
+  service::ElementData* d = m.add_elements();
+  d->set_uncompressed_size(raw.size());
+  d->set_compression(service::COMPRESSION_LZ4);
+  d->set_shm_offset(at);
+  d->set_shm_size(packed->size());
+  ResponseParser parser(1 << 30, nullptr);
+  parser.set_shm(ring.reader.get());
+  ParsedResponse out;
+  REQUIRE(parser.Parse(Sliced(m.SerializeAsString(), 4096), &out).ok());
+  REQUIRE(out.elements.size() == 1);
+  CHECK(!rpc::IsShmRingView(out.elements[0].element.Find("x")->buffer().owner));
+  CHECK(out.elements[0].element.Find("x")->data<int32_t>()[19999] == 19999 % 7);
+  CHECK(ring.writer->consumed() == ring.writer->allocated());
+  // Corrupt compressed bytes: an error, and the slot is released all the same.
+  const uint64_t bad_at = ring.Put(std::string(packed->size(), 'z'));
+  d->set_shm_offset(bad_at);
+  out.elements.clear();
+  CHECK(absl::IsInvalidArgument(parser.Parse(Sliced(m.SerializeAsString(), 4096), &out)));
+  CHECK(ring.writer->consumed() == ring.writer->allocated());
 }
 
 TEST_CASE("client_parser: a worker killed mid-stream leaves the client's mapping readable") {
@@ -110,14 +220,23 @@ TEST_CASE("client_parser: a worker killed mid-stream leaves the client's mapping
   const std::string bytes = pipeline::EncodeElement(MakeElement(10000));
   const uint64_t at = ring.Put(bytes);
   ring.writer.reset();  // the worker's process ends: its mapping is gone, the file was unlinked at attach
-  ResponseParser parser(1 << 30, nullptr);
-  parser.set_shm(ring.reader.get());
   ParsedResponse out;
-  const absl::Status parsed = parser.Parse(Sliced(shm_test::ShmResponse({{at, bytes.size()}}), 1 << 20), &out);
-  INFO(parsed.ToString());
-  REQUIRE(parsed.ok());
+  {
+    ResponseParser parser(1 << 30, nullptr);
+    parser.set_shm(ring.reader.get());
+    const absl::Status parsed = parser.Parse(Sliced(shm_test::ShmResponse({{at, bytes.size()}}), 1 << 20), &out);
+    INFO(parsed.ToString());
+    REQUIRE(parsed.ok());
+  }
   REQUIRE(out.elements.size() == 1);
   CHECK(out.elements[0].element.Find("x")->data<int32_t>()[9999] == 9999 % 7);
+  // The stream ends too (its reader drops the ring): the view keeps the mapping.
+  std::weak_ptr<rpc::ShmRingReader> weak = ring.reader;
+  ring.reader.reset();
+  CHECK(!weak.expired());
+  CHECK(out.elements[0].element.Find("x")->data<int32_t>()[9999] == 9999 % 7);
+  out.elements.clear();
+  CHECK(weak.expired());  // the last view gone: unmapped
 }
 
 TEST_CASE("client_parser: malformed shared-memory offsets are errors naming the field, never reads outside") {
@@ -194,6 +313,25 @@ TEST_CASE("shm ring: attaching needs the very file the worker announced") {
   CHECK(std::filesystem::exists(path));
   w->reset();
   CHECK(!std::filesystem::exists(path));
+}
+
+TEST_CASE("shm ring: the worker's streaming copy into the ring copies every byte, at any alignment") {
+  std::string src(80000, '\0');
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>((i * 131 + 7) % 251);
+  std::vector<char> dst(src.size() + 64);
+  for (size_t size : {size_t{0}, size_t{1}, size_t{100}, size_t{4095}, size_t{4096}, size_t{4097}, size_t{70001}}) {
+    for (size_t dst_at : {0, 1, 8, 15, 16, 33}) {
+      for (size_t src_at : {0, 3, 16}) {
+        INFO("size " << size << " dst offset " << dst_at << " src offset " << src_at);
+        std::fill(dst.begin(), dst.end(), 'q');
+        rpc::CopyIntoShmRing(dst.data() + dst_at, src.data() + src_at, size);
+        rpc::ShmRingStoreFence();
+        CHECK(std::memcmp(dst.data() + dst_at, src.data() + src_at, size) == 0);
+        CHECK(std::count(dst.begin(), dst.begin() + dst_at, 'q') == static_cast<long>(dst_at));  // nothing before
+        CHECK(dst[dst_at + size] == 'q');                                                         // nor after
+      }
+    }
+  }
 }
 
 TEST_CASE("shm ring: allocation never wraps a slot, and stops at what the reader has not released") {

@@ -17,10 +17,10 @@ namespace {
 // worker's /dev/shm is not this process's: another container or pod; another user): the worker
 // then keeps sending bytes, since it uses the ring only once this side attached. Logged once per
 // process at info, later at debug.
-std::unique_ptr<rpc::ShmRingReader> AttachShmRing(const std::string& serialized, const std::string& where) {
+std::shared_ptr<rpc::ShmRingReader> AttachShmRing(const std::string& serialized, const std::string& where) {
   static std::atomic<bool> logged{false};
   service::ShmRing ring;
-  absl::StatusOr<std::unique_ptr<rpc::ShmRingReader>> reader =
+  absl::StatusOr<std::shared_ptr<rpc::ShmRingReader>> reader =
       ring.ParseFromString(serialized) ? rpc::ShmRingReader::Attach(ring.path(), ring.file_bytes(), ring.nonce())
                                        : absl::InvalidArgumentError("shm_ring does not parse");
   if (reader.ok()) return *std::move(reader);
@@ -199,8 +199,11 @@ void TaskReaderSet::ReaderLoop(Reader* r) {
     bool end_of_sequence = false;
     bool progressed = false;
     absl::Status bad;
-    std::unique_ptr<rpc::ShmRingReader> shm;  // the worker's ring, once announced and attached
-    // Copies each element's bytes once out of gRPC's slices, small ones into shared chunks.
+    // The worker's ring, once announced and attached. Elements viewing it keep it (and its
+    // mapping) alive past this stream.
+    std::shared_ptr<rpc::ShmRingReader> shm;
+    // Copies each element's bytes once out of gRPC's slices, small ones into shared chunks; views
+    // those in the ring.
     ResponseParser parser(opts_.max_element_bytes, buffers_);
     grpc::ByteBuffer message;
     while (true) {

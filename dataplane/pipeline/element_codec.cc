@@ -364,6 +364,9 @@ absl::Status DecodeElementTo(std::shared_ptr<const void> owner, absl::string_vie
       for (uint64_t i = 0; i < h.num_strings; ++i) {
         uint64_t len;
         std::memcpy(&len, s.data() + h.lengths_at + i * sizeof(uint64_t), sizeof(len));
+        // Checked again: `s` may be memory another process writes (a shared-memory ring), so the
+        // lengths read now need not be those that added up above.
+        if (len > h.bytes - off) return Corrupt(h.lengths_at, "string lengths changed while decoding");
         views.emplace_back(data + off, len);
         off += len;
       }
@@ -426,7 +429,7 @@ absl::StatusOr<std::string> Compress(const std::string& data, Codec codec) {
   return absl::InvalidArgumentError("unknown codec");
 }
 
-absl::StatusOr<std::string> Decompress(const std::string& data, Codec codec, uint64_t uncompressed_size) {
+absl::StatusOr<std::string> Decompress(absl::string_view data, Codec codec, uint64_t uncompressed_size) {
   if (uncompressed_size > (uint64_t{1} << 34)) {
     return absl::InvalidArgumentError(absl::StrCat("implausible uncompressed size ", uncompressed_size));
   }
@@ -435,7 +438,7 @@ absl::StatusOr<std::string> Decompress(const std::string& data, Codec codec, uin
       if (data.size() != uncompressed_size) {
         return absl::InvalidArgumentError(absl::StrCat("element is ", data.size(), " bytes, expected ", uncompressed_size));
       }
-      return data;
+      return std::string(data);
     case Codec::kLz4: {
       std::string out(uncompressed_size, '\0');
       int n = LZ4_decompress_safe(data.data(), out.data(), static_cast<int>(data.size()), static_cast<int>(out.size()));

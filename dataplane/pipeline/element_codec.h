@@ -113,7 +113,7 @@ Codec ChooseCodec(const std::string& data);
 Codec ChooseCodec(const WireBytes& data);
 absl::StatusOr<std::string> Compress(const std::string& data, Codec codec);
 // `uncompressed_size` bounds the output; a mismatch is an error (corrupt or hostile input).
-absl::StatusOr<std::string> Decompress(const std::string& data, Codec codec, uint64_t uncompressed_size);
+absl::StatusOr<std::string> Decompress(absl::string_view data, Codec codec, uint64_t uncompressed_size);
 
 }  // namespace sluice::pipeline
 

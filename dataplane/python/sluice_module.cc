@@ -2,7 +2,9 @@
 // The pure-Python package `sluice` (dataset.py, torch_dataset.py) builds the public API on it.
 //
 // Elements become dicts of NumPy arrays that view the element's decoded buffer (no copy): each
-// array's base is a capsule holding a reference to the buffer. String tensors become `bytes`
+// array's base is a capsule holding a reference to the buffer. The arrays are writable (and
+// torch.from_numpy shares them), so a tensor viewing a same-host worker's shared-memory ring, which
+// is mapped read-only, is copied into an array of its own instead. String tensors become `bytes`
 // (scalars) or object arrays of `bytes`. The GIL is released while waiting for data, creating and
 // closing clients; a waiting next() wakes every 100 ms to let Ctrl-C through.
 // Threading: a Client may be used from several Python threads; close() from one thread makes a
@@ -11,6 +13,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "dataplane/client/data_service_client.h"
 #include "dataplane/pipeline/spec_parser.h"
+#include "dataplane/rpc/shm_ring.h"
 
 namespace py = pybind11;
 
@@ -68,6 +72,12 @@ py::object NumericArray(const pipeline::Tensor& t) {
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = stride;
     stride *= std::max<py::ssize_t>(shape[i], 1);
+  }
+  if (rpc::IsShmRingView(t.buffer().owner)) {
+    // Read-only shared memory: a writable copy (writing into the view would fault).
+    py::array copy(py::dtype(format), shape, strides);
+    if (t.nbytes() > 0) std::memcpy(copy.mutable_data(), t.raw(), t.nbytes());
+    return copy;
   }
   auto* owner = new std::shared_ptr<const void>(t.buffer().owner);
   py::capsule base(owner, [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); });

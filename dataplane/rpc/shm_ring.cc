@@ -6,6 +6,9 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <unistd.h>
 
 #include <atomic>
@@ -39,6 +42,7 @@ static_assert(sizeof(Header) <= kShmHeaderBytes);
 static_assert(std::atomic_ref<uint64_t>::is_always_lock_free, "cross-process words need lock-free atomics");
 
 std::atomic<int64_t> elements_received{0};
+std::atomic<int64_t> elements_held{0};
 
 uint64_t NonceWord(absl::string_view nonce) {
   uint64_t w = 0;
@@ -159,9 +163,39 @@ std::optional<ShmRingWriter::Slot> ShmRingWriter::Allocate(uint64_t size) {
   return Slot{position, map_ + kShmHeaderBytes + position % data_bytes_};
 }
 
+void CopyIntoShmRing(char* dst, const char* src, size_t n) {
+#if defined(__SSE2__)
+  constexpr size_t kMinStreamed = 4096;
+  if (n >= kMinStreamed) {
+    const size_t head = (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16;
+    std::memcpy(dst, src, head);
+    dst += head;
+    src += head;
+    n -= head;
+    for (; n >= 64; n -= 64, dst += 64, src += 64) {
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16));
+      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 32));
+      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst), a);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 16), b);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 32), c);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 48), d);
+    }
+  }
+#endif
+  std::memcpy(dst, src, n);
+}
+
+void ShmRingStoreFence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
 // ---------------------------------------------------------------- reader
 
-absl::StatusOr<std::unique_ptr<ShmRingReader>> ShmRingReader::Attach(const std::string& path, uint64_t file_bytes,
+absl::StatusOr<std::shared_ptr<ShmRingReader>> ShmRingReader::Attach(const std::string& path, uint64_t file_bytes,
                                                                      absl::string_view nonce) {
   const std::string base = path.substr(path.rfind('/') + 1);
   if (base.rfind(kShmFilePrefix, 0) != 0 || path.find("/../") != std::string::npos) {
@@ -193,10 +227,11 @@ absl::StatusOr<std::unique_ptr<ShmRingReader>> ShmRingReader::Attach(const std::
     if (header != MAP_FAILED) munmap(header, kShmHeaderBytes);
     return absl::UnavailableError(absl::StrCat("cannot map shared-memory ring ", path, ": ", Errno(err)));
   }
-  std::unique_ptr<ShmRingReader> r(new ShmRingReader());
+  std::shared_ptr<ShmRingReader> r(new ShmRingReader());
   r->header_ = static_cast<char*>(header);
   r->data_ = static_cast<const char*>(data);
   r->data_bytes_ = data_bytes;
+  r->owner_pid_ = getpid();
   auto* h = reinterpret_cast<Header*>(r->header_);
   if (h->magic != kMagic || h->data_bytes != data_bytes || std::memcmp(h->nonce, nonce.data(), 16) != 0) {
     return absl::FailedPreconditionError(
@@ -223,12 +258,70 @@ absl::StatusOr<absl::string_view> ShmRingReader::View(uint64_t position, uint64_
 }
 
 int64_t ShmElementsReceived() { return elements_received.load(std::memory_order_relaxed); }
+int64_t ShmElementsHeld() { return elements_held.load(std::memory_order_relaxed); }
+
+// A held slot: keeps the reader (its mapping) alive and the slot's bytes from the worker.
+struct ShmRingReader::Lease {
+  std::shared_ptr<ShmRingReader> ring;
+  Slots::iterator slot;
+};
+
+struct ShmRingReader::LeaseDeleter {
+  void operator()(const void* p) const {
+    std::unique_ptr<Lease> lease(static_cast<Lease*>(const_cast<void*>(p)));
+    lease->ring->Drop(lease->slot);
+  }
+};
+
+absl::StatusOr<ShmRingReader::Held> ShmRingReader::Hold(uint64_t position, uint64_t size) {
+  absl::StatusOr<absl::string_view> bytes = View(position, size);
+  if (!bytes.ok()) return bytes.status();
+  auto lease = std::make_unique<Lease>();
+  lease->ring = shared_from_this();
+  {
+    absl::MutexLock l(&mu_);
+    lease->slot = held_.emplace(position, position + size);
+    last_end_ = std::max(last_end_, position + size);
+  }
+  elements_held.fetch_add(1, std::memory_order_relaxed);
+  const void* raw = lease.release();
+  return Held{*bytes, std::shared_ptr<const void>(raw, LeaseDeleter{})};
+}
+
+bool IsShmRingView(const std::shared_ptr<const void>& owner) {
+  return std::get_deleter<ShmRingReader::LeaseDeleter>(owner) != nullptr;
+}
+
+void ShmRingReader::Drop(Slots::iterator slot) {
+  absl::MutexLock l(&mu_);
+  held_.erase(slot);
+  PublishLocked();
+}
 
 void ShmRingReader::Release(uint64_t end) {
-  if (end <= released_) return;
+  absl::MutexLock l(&mu_);
+  last_end_ = std::max(last_end_, end);
+  PublishLocked();
+}
+
+void ShmRingReader::PublishLocked() {
+  // Positions come in ring order, so nothing not yet received lies below last_end_; a held slot
+  // keeps everything from its start.
+  const uint64_t end = held_.empty() ? last_end_ : held_.begin()->first;
+  if (end <= released_ || getpid() != owner_pid_) return;
   released_ = end;
   auto* h = reinterpret_cast<Header*>(header_);
   std::atomic_ref<uint64_t>(h->consumed).store(end, std::memory_order_release);
+}
+
+uint64_t ShmRingReader::held_span() const {
+  absl::MutexLock l(&mu_);
+  return held_.empty() ? 0 : last_end_ - held_.begin()->first;
+}
+
+int64_t ShmRingReader::held_slots() const {
+  absl::MutexLock l(&mu_);
+  return static_cast<int64_t>(held_.size());
 }
 
 int RemoveStaleShmRings(const std::string& dir) {

@@ -406,6 +406,50 @@ TEST_CASE("worker_grpc same-host shared memory: announced, attached, large paylo
     CHECK(via_shm > 0);
     INFO(via_shm << " of 200 through shared memory");
   }
+  SECTION("a client holding its elements fills the ring: the rest come as bytes, and through it once released") {
+    // As the client's ResponseParser holds views (ShmRingReader::Hold): the worker reuses no slot
+    // still held. 400 elements of 160 KB; a 4 MiB ring holds ~25 of them.
+    w.Assign(MakeTask(3, "source: {range: {stop: 400}}\n" + padded));
+    request.set_task_id(3);
+    grpc::ClientContext context;
+    context.set_wait_for_ready(true);
+    auto reader = w.stub->GetElements(&context, request);
+    service::GetElementsResponse response;
+    REQUIRE(reader->Read(&response));
+    REQUIRE(response.has_shm_ring());
+    auto ring = rpc::ShmRingReader::Attach(response.shm_ring().path(), response.shm_ring().file_bytes(),
+                                           response.shm_ring().nonce());
+    REQUIRE(ring.ok());
+    std::vector<std::shared_ptr<const void>> held;
+    int64_t next = 0, via_shm_held = 0, bytes_while_full = 0, via_shm_after = 0;
+    while (reader->Read(&response)) {
+      for (service::ElementData e : response.elements()) {
+        if (e.shm_size() > 0) {
+          auto view = (*ring)->Hold(e.shm_offset(), e.shm_size());
+          REQUIRE(view.ok());
+          e.set_data(std::string(view->bytes));
+          if (next < 200) {
+            held.push_back(std::move(view->owner));  // kept: the ring fills
+            ++via_shm_held;
+          } else {
+            ++via_shm_after;  // dropped at once
+          }
+        } else if (via_shm_held > 0 && next < 200) {
+          ++bytes_while_full;
+        }
+        CHECK(first_value(e) == next);
+        if (++next == 200) held.clear();  // the trainer lets go of everything it held
+      }
+    }
+    CHECK(reader->Finish().ok());
+    CHECK(next == 400);
+    INFO(via_shm_held << " held in the ring, " << bytes_while_full << " as bytes while it was full, " << via_shm_after
+                      << " through it after the release");
+    CHECK(via_shm_held > 0);
+    CHECK(static_cast<uint64_t>(via_shm_held) * 160000 <= (*ring)->data_bytes());
+    CHECK(bytes_while_full > 0);
+    CHECK(via_shm_after > 0);
+  }
   SECTION("a client that never attaches (another /dev/shm) gets bytes; the ring goes with the stream") {
     grpc::ClientContext context;
     context.set_wait_for_ready(true);

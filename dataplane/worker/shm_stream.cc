@@ -103,9 +103,10 @@ void ShmStream::Divert(ElementsResponse& response) {
     }
     char* out = slot->data;
     for (const pipeline::WireBytes::Range& r : e->bytes.ranges()) {
-      std::memcpy(out, r.data, r.size);
+      rpc::CopyIntoShmRing(out, r.data, r.size);
       out += r.size;
     }
+    rpc::ShmRingStoreFence();  // the bytes are in place before the entry announcing them is sent
     auto entry = std::make_shared<ShmEntryElement>();
     entry->framed = FrameShmEntry(*e, slot->position);
     entry->element.codec = e->codec;

@@ -1,6 +1,7 @@
 """The Python client against real sluice-dispatcher and sluice-worker processes."""
 
 import collections
+import os
 import sys
 import threading
 
@@ -25,6 +26,30 @@ def test_distributed_epoch_reads_each_element_exactly_once(dataservice):
     produced = sum(dataservice.metric(w, "sluice_worker_elements_produced_total") for w in dataservice.workers)
     assert produced == 2000
     ds.close()
+
+
+def test_large_elements_from_a_same_host_worker_are_writable_arrays(dataservice):
+    # 64 KiB elements: above the 16 KiB floor, so a same-host worker sends them through its
+    # shared-memory ring, which the client maps read-only; the binding copies those tensors into
+    # arrays of their own, so writing into them (or torch in-place ops) works as for any element.
+    spec = (
+        "source:\n  range: {stop: 64, split_size: 8}\n"
+        "steps:\n  - map: {ops: [{reshape: {field: value, shape: [1]}}, {pad: {field: value, length: 8192}}]}\n"
+    )
+    ds = sluice.Dataset(dataservice.address, pipeline=spec, processing_mode="distributed_epoch", compression="none",
+                        **FAST)
+    got = []
+    for e in ds:
+        a = e["value"]
+        assert a.shape == (8192,) and a.flags.writeable
+        got.append(int(a[0]))
+        a[:] = -1  # would fault on a read-only view of the ring
+        assert int(a[8191]) == -1
+    assert sorted(got) == list(range(64)), dataservice.logs()
+    ds.close()
+    if os.access("/dev/shm", os.W_OK):
+        via_shm = sum(dataservice.metric(w, "sluice_worker_shm_elements_total") for w in dataservice.workers)
+        assert via_shm > 0, dataservice.logs()
 
 
 def test_parallel_epochs_read_the_dataset_once_per_worker(dataservice):
