@@ -32,8 +32,13 @@ def test_large_elements_from_a_same_host_worker_are_writable_arrays(dataservice)
     # 64 KiB elements: above the 16 KiB floor, so a same-host worker sends them through its
     # shared-memory ring, which the client maps read-only; the binding copies those tensors into
     # arrays of their own, so writing into them (or torch in-place ops) works as for any element.
+    # 1024 of them (64 MB), more than a worker's task buffer holds: the stream cannot end before the
+    # client has read its first message and attached the ring. With 64 (CI, 2026-11-29) one worker
+    # produced all of them in 8.5 ms, the stream ended with every element sent as bytes, its unattached
+    # ring file was removed with it, and the client found no ring to open (via_shm 0).
+    n = 1024
     spec = (
-        "source:\n  range: {stop: 64, split_size: 8}\n"
+        "source:\n  range: {stop: 1024, split_size: 64}\n"
         "steps:\n  - map: {ops: [{reshape: {field: value, shape: [1]}}, {pad: {field: value, length: 8192}}]}\n"
     )
     ds = sluice.Dataset(dataservice.address, pipeline=spec, processing_mode="distributed_epoch", compression="none",
@@ -45,7 +50,7 @@ def test_large_elements_from_a_same_host_worker_are_writable_arrays(dataservice)
         got.append(int(a[0]))
         a[:] = -1  # would fault on a read-only view of the ring
         assert int(a[8191]) == -1
-    assert sorted(got) == list(range(64)), dataservice.logs()
+    assert sorted(got) == list(range(n)), dataservice.logs()
     ds.close()
     if os.access("/dev/shm", os.W_OK):
         via_shm = sum(dataservice.metric(w, "sluice_worker_shm_elements_total") for w in dataservice.workers)
