@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "dataplane/pipeline/plugin.h"
 #include "dataplane/pipeline/spec_parser.h"
+#include "dataplane/worker/encoded_cache.h"
 #include "dataplane/worker/response_encoder.h"
 
 namespace sluice::worker {
@@ -56,13 +57,19 @@ int64_t NumEpochs(const service::TaskDef& task) { return task.num_epochs() == 0 
 // Runs the task's own pipeline, epoch after epoch.
 class PipelineProducer : public ElementProducer {
  public:
+  // `cached_passes`: set when `pipeline` is the head of an EncodedCachePlan (the passes over its
+  // cached elements per epoch); nullopt to run `pipeline` as it is.
   PipelineProducer(const service::TaskDef& task, const TaskRunnerEnv& env, std::unique_ptr<pipeline::Pipeline> pipeline,
-                   std::vector<pipeline::Split> all_splits)
+                   std::vector<pipeline::Split> all_splits, std::optional<int64_t> cached_passes)
       : task_(task),
         metrics_(env.metrics),
         pipeline_(std::move(pipeline)),
         all_splits_(std::move(all_splits)),
         num_epochs_(NumEpochs(task)) {
+    if (cached_passes.has_value()) {
+      cache_ = std::make_unique<Cache>();
+      cache_->passes = *cached_passes;
+    }
     if (task.sharding() == service::SHARDING_DYNAMIC) {
       dynamic_ = std::make_shared<DispatcherSplitProvider>(env.dispatcher, task.task_id(), env.worker_address,
                                                            env.options.splits);
@@ -76,31 +83,28 @@ class PipelineProducer : public ElementProducer {
   absl::StatusOr<std::optional<EncodedElementPtr>> Next() override {
     while (true) {
       if (cancel_.cancelled()) return absl::CancelledError(absl::StrCat(TaskName(task_), ": cancelled"));
-      if (iterator_ == nullptr) {
+      if (!in_epoch_) {
         if (num_epochs_ >= 0 && epoch_ >= num_epochs_) return std::optional<EncodedElementPtr>();
         if (epoch_ > 0 && dynamic_ != nullptr) {
           if (auto s = dynamic_->Reset(); !s.ok()) return s;
         }
-        auto iterator = pipeline_->MakeIterator(SplitsForEpoch());
-        if (!iterator.ok()) return Annotate(iterator.status(), task_, "pipeline");
-        iterator_ = *std::move(iterator);
+        if (auto s = StartEpoch(); !s.ok()) return s;
+        in_epoch_ = true;
         produced_in_epoch_ = 0;
         epoch_start_ = absl::Now();
         if (metrics_ != nullptr) metrics_->AddPipelineRun();
       }
-      auto next = iterator_->Next();
+      auto next = NextInEpoch();
       if (!next.ok()) {
         if (cancel_.cancelled()) return absl::CancelledError(absl::StrCat(TaskName(task_), ": cancelled"));
-        return Annotate(next.status(), task_, "pipeline");
+        return next.status();
       }
       if (next->has_value()) {
-        auto encoded = encoder_.Encode(**next, task_.compression());
-        if (!encoded.ok()) return Annotate(encoded.status(), task_, "encoding an element");
         ++produced_in_epoch_;
-        if (metrics_ != nullptr) metrics_->AddProduced(1, static_cast<int64_t>((*encoded)->size()));
-        return std::optional<EncodedElementPtr>(*std::move(encoded));
+        if (metrics_ != nullptr) metrics_->AddProduced(1, static_cast<int64_t>((**next)->size()));
+        return next;
       }
-      iterator_.reset();
+      in_epoch_ = false;
       if (dynamic_ != nullptr) LogDynamicEpoch();
       ++epoch_;
       // Input handed back (a drained worker): what was read is produced, no further epoch here.
@@ -136,6 +140,62 @@ class PipelineProducer : public ElementProducer {
   }
 
  private:
+  // The elements of the encoded cache (encoded_cache.h): filled by the first pass of the first epoch
+  // that reads the head pipeline, then handed out `passes` times per epoch.
+  struct Cache {
+    int64_t passes = 1;
+    std::vector<EncodedElementPtr> elements;
+    uint64_t bytes = 0;
+    bool complete = false;
+  };
+
+  absl::Status StartEpoch() {
+    pass_ = 0;
+    replay_index_ = 0;
+    // A complete cache replays without reading input, as the pipeline's cache does; no passes at
+    // all read nothing either.
+    if (cache_ != nullptr && (cache_->complete || cache_->passes == 0)) return absl::OkStatus();
+    auto iterator = pipeline_->MakeIterator(SplitsForEpoch());
+    if (!iterator.ok()) return Annotate(iterator.status(), task_, "pipeline");
+    iterator_ = *std::move(iterator);
+    return absl::OkStatus();
+  }
+
+  // The epoch's next element; nullopt at its end.
+  absl::StatusOr<std::optional<EncodedElementPtr>> NextInEpoch() {
+    if (iterator_ != nullptr) {
+      auto next = iterator_->Next();
+      if (!next.ok()) return Annotate(next.status(), task_, "pipeline");
+      if (next->has_value()) {
+        auto encoded = encoder_.Encode(**next, task_.compression());
+        if (!encoded.ok()) return Annotate(encoded.status(), task_, "encoding an element");
+        if (cache_ != nullptr) {
+          cache_->elements.push_back(*encoded);
+          cache_->bytes += (*encoded)->size();
+        }
+        return std::optional<EncodedElementPtr>(*std::move(encoded));
+      }
+      iterator_.reset();
+      if (cache_ == nullptr) return std::optional<EncodedElementPtr>();
+      cache_->complete = true;
+      pass_ = 1;  // the pass that filled it
+      SLUICE_LOG(Info, "task cache kept encoded")
+          .With("task_id", task_.task_id())
+          .With("elements", static_cast<int64_t>(cache_->elements.size()))
+          .With("bytes", static_cast<int64_t>(cache_->bytes))
+          .With("passes", cache_->passes);
+    }
+    if (cache_ == nullptr || !cache_->complete) return std::optional<EncodedElementPtr>();
+    const std::vector<EncodedElementPtr>& elements = cache_->elements;
+    if (elements.empty()) return std::optional<EncodedElementPtr>();  // an empty pass ends the repeats
+    if (replay_index_ == elements.size()) {
+      ++pass_;
+      replay_index_ = 0;
+    }
+    if (cache_->passes >= 0 && pass_ >= cache_->passes) return std::optional<EncodedElementPtr>();
+    return std::optional<EncodedElementPtr>(elements[replay_index_++]);
+  }
+
   // One line per epoch under dynamic sharding: how long it took and where the split provider's
   // reader waited (what `sluice bench sharding` reads to explain DYNAMIC vs OFF).
   void LogDynamicEpoch() {
@@ -174,6 +234,10 @@ class PipelineProducer : public ElementProducer {
   std::shared_ptr<DispatcherSplitProvider> dynamic_;
   CancelToken cancel_;
   std::unique_ptr<pipeline::PipelineIterator> iterator_;
+  std::unique_ptr<Cache> cache_;  // set when the task's cached tail is served encoded
+  bool in_epoch_ = false;
+  int64_t pass_ = 0;              // the encoded cache's pass within the epoch
+  size_t replay_index_ = 0;       // and its next element
   int64_t epoch_ = 0;
   int64_t produced_in_epoch_ = 0;
   absl::Time epoch_start_;
@@ -285,6 +349,13 @@ absl::StatusOr<std::unique_ptr<ElementProducer>> MakeElementProducer(const servi
   if (task.sharding() == service::SHARDING_DYNAMIC && env.dispatcher == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(TaskName(task), ": dynamic sharding needs a dispatcher"));
   }
+  // A cached tail is served from encoded elements: only the steps before the cache run here.
+  std::optional<EncodedCachePlan> cached = PlanEncodedCache(*def, task.sharding());
+  std::optional<int64_t> cached_passes;
+  if (cached.has_value()) {
+    cached_passes = cached->passes;
+    *def = std::move(cached->head);
+  }
   auto pipeline = pipeline::Pipeline::Create(*std::move(def), env.options.runtime);
   if (!pipeline.ok()) return Annotate(pipeline.status(), task, "pipeline");
   std::vector<pipeline::Split> splits;
@@ -293,7 +364,7 @@ absl::StatusOr<std::unique_ptr<ElementProducer>> MakeElementProducer(const servi
     if (!listed.ok()) return Annotate(listed.status(), task, "listing splits");
     splits = *std::move(listed);
   }
-  return std::unique_ptr<ElementProducer>(new PipelineProducer(task, env, *std::move(pipeline), std::move(splits)));
+  return std::unique_ptr<ElementProducer>(new PipelineProducer(task, env, *std::move(pipeline), std::move(splits), cached_passes));
 }
 
 std::unique_ptr<TaskRunner> CreateTaskRunner(const service::TaskDef& task, const TaskRunnerEnv& env) {

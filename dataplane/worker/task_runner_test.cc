@@ -210,6 +210,100 @@ TEST_CASE("worker_task_runner repeats epochs (num_epochs) and counts pipeline pa
   CHECK(ReadAll(*CreateTaskRunner(empty, Env())).empty());
 }
 
+// Every element a streaming task hands out, as it was encoded.
+std::vector<EncodedElementPtr> ReadEncoded(TaskRunner& runner) {
+  std::vector<EncodedElementPtr> out;
+  while (true) {
+    auto batch = runner.GetNextBatch(7, 1 << 20, nullptr);
+    REQUIRE(batch.ok());
+    out.insert(out.end(), batch->elements.begin(), batch->elements.end());
+    if (batch->end_of_sequence) return out;
+  }
+}
+
+// An element's ElementData: its bytes and codec as a client receives them.
+std::string WireOf(const EncodedElementPtr& element) {
+  service::ElementData data;
+  REQUIRE(FillElementData(element, std::nullopt, &data).ok());
+  return absl::StrCat(data.compression(), ":", data.uncompressed_size(), ":", data.data());
+}
+
+TEST_CASE("worker_task_runner serves a trailing cache from encoded elements, exactly as the pipeline's own cache") {
+  // `max_bytes` far above the data keeps the pipeline's own cache (encoded_cache.h), which never
+  // gives up here: the reference output.
+  struct Case {
+    std::string name;
+    std::string steps;  // before the cache
+    std::string tail;   // the repeats after it
+    service::ShardingPolicy sharding = service::SHARDING_OFF;
+    int num_epochs = 1;
+    service::Compression compression = service::COMPRESSION_NONE;
+    size_t expected = 0;
+  };
+  const std::string shuffled = "  - shuffle: {buffer: 8}\n  - map: {ops: [{reshape: {field: value, shape: [1]}}]}\n";
+  const std::vector<Case> cases = {
+      {"repeat 3", "", "  - repeat: {count: 3}\n", service::SHARDING_OFF, 1, service::COMPRESSION_NONE, 60},
+      {"repeats 2 x 3, two task epochs", "", "  - repeat: {count: 2}\n  - repeat: {count: 3}\n", service::SHARDING_OFF,
+       2, service::COMPRESSION_NONE, 240},
+      {"no repeat, three task epochs", "", "", service::SHARDING_OFF, 3, service::COMPRESSION_NONE, 60},
+      {"repeat 0", "", "  - repeat: {count: 0}\n", service::SHARDING_OFF, 2, service::COMPRESSION_NONE, 0},
+      {"a seeded shuffle and a map before the cache", shuffled, "  - repeat: {count: 2}\n", service::SHARDING_OFF, 2,
+       service::COMPRESSION_NONE, 80},
+      {"FILE sharding", "", "  - repeat: {count: 2}\n", service::SHARDING_FILE, 1, service::COMPRESSION_NONE, 20},
+      {"lz4", "", "  - repeat: {count: 2}\n", service::SHARDING_OFF, 1, service::COMPRESSION_LZ4, 40},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    auto task_of = [&](int64_t id, const std::string& cache) {
+      service::TaskDef task = MakeTask(id,
+                                       "source: {range: {stop: 20, split_size: 5}}\noptions: {seed: 7}\nsteps:\n" +
+                                           c.steps + "  - cache: " + cache + "\n" + c.tail,
+                                       c.sharding);
+      if (c.sharding == service::SHARDING_FILE) {
+        task.set_num_workers(2);
+        task.set_worker_index(1);
+      }
+      task.set_num_epochs(c.num_epochs);
+      task.set_compression(c.compression);
+      return task;
+    };
+    WorkerMetrics encoded_metrics = NewMetrics();
+    WorkerMetrics reference_metrics = NewMetrics();
+    std::vector<EncodedElementPtr> encoded = ReadEncoded(*CreateTaskRunner(task_of(1, "{}"), Env(&encoded_metrics)));
+    std::vector<EncodedElementPtr> reference =
+        ReadEncoded(*CreateTaskRunner(task_of(2, "{max_bytes: 1000000000}"), Env(&reference_metrics)));
+    REQUIRE(encoded.size() == c.expected);
+    REQUIRE(reference.size() == c.expected);
+    for (size_t i = 0; i < encoded.size(); ++i) {
+      INFO("element " << i);
+      REQUIRE(WireOf(encoded[i]) == WireOf(reference[i]));
+    }
+    CHECK(encoded_metrics.pipeline_runs() == reference_metrics.pipeline_runs());
+    CHECK(encoded_metrics.elements_produced() == reference_metrics.elements_produced());
+    CHECK(encoded_metrics.bytes_produced() == reference_metrics.bytes_produced());
+    // The replays are the first pass's elements themselves: encoded once, handed out again.
+    const size_t first_pass = c.sharding == service::SHARDING_FILE ? 10 : 20;
+    for (size_t i = first_pass; i < encoded.size(); ++i) {
+      INFO("element " << i);
+      CHECK(encoded[i].get() == encoded[i % first_pass].get());
+      CHECK(reference[i].get() != reference[i % first_pass].get());
+    }
+  }
+}
+
+TEST_CASE("worker_task_runner: a shuffle before a served cache is seeded as in the pipeline, not sorted") {
+  service::TaskDef task =
+      MakeTask(1, "source: {range: {stop: 20}}\noptions: {seed: 7}\nsteps:\n  - shuffle: {buffer: 8}\n  - cache: {}\n  - repeat: {count: 2}\n");
+  std::vector<int64_t> got = ReadAll(*CreateTaskRunner(task, Env()));
+  REQUIRE(got.size() == 40);
+  const std::vector<int64_t> first(got.begin(), got.begin() + 20);
+  CHECK(first != Iota(0, 20));
+  std::vector<int64_t> sorted = first;
+  std::sort(sorted.begin(), sorted.end());
+  CHECK(sorted == Iota(0, 20));
+  CHECK(std::vector<int64_t>(got.begin() + 20, got.end()) == first);
+}
+
 TEST_CASE("worker_task_runner DYNAMIC sharding: two workers' tasks split the data, every epoch") {
   const std::string spec = "source: {range: {stop: 200, split_size: 5}}\n";
   FakeDispatcher fake;
