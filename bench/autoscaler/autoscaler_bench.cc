@@ -18,6 +18,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/common/bench_util.h"
 #include "bench/kubecluster/bench_cluster.h"
 #include "bench/operator/operator_bench.h"
 #include "kube/client.h"

@@ -2,7 +2,7 @@
 // autoscaler`): the project's test API server (e2e/apiserver) and simulated process nodes
 // (e2e/processnode --simulated --schedule: pods are bound and reported Running and Ready without
 // running anything, like kwok) in a work directory, a kube::Client to it, and the small process
-// and file helpers both benchmarks use.
+// and file helpers both benchmarks use (the general ones are in bench/common/bench_util.h).
 //
 // Threading: none of these classes is thread-safe; a benchmark drives them from one thread. Child
 // processes die with the process that started them (PR_SET_PDEATHSIG).
@@ -12,7 +12,6 @@
 #include <sys/types.h>
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,14 +24,6 @@
 
 namespace sluice::bench {
 
-// The whole file ("" when it cannot be read).
-std::string ReadTextFile(const std::string& path);
-// Polls `done` until it returns true (true) or `timeout` passes (false): a deadline, not a timing
-// assumption.
-bool WaitUntil(const std::function<bool()>& done, absl::Duration timeout,
-               absl::Duration interval = absl::Milliseconds(50));
-// /proc/cpuinfo's first "model name" ("unknown" when there is none).
-std::string CpuModelName();
 // Whether a Kubernetes object's status.conditions has `type` with status "True".
 bool HasTrueCondition(const nlohmann::json& object, const std::string& type);
 // The 1-minute load average (-1 when unreadable).

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "bench/common/bench_util.h"
 #include "testing/test_util.h"
 
 namespace sluice::bench {

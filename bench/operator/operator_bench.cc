@@ -17,6 +17,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/common/bench_util.h"
 #include "bench/kubecluster/bench_cluster.h"
 #include "kube/client.h"
 #include "kube/resource.h"
