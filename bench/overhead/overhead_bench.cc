@@ -3,12 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/common/bench_util.h"
 #include "bench/dataservice/bench_report.h"
 #include "bench/dataservice/bench_service.h"
 #include "common/log.h"
@@ -52,11 +51,9 @@ absl::Status ValidateOptions(const OverheadBenchOptions& o) {
 
 absl::StatusOr<std::string> ReadSpec(const std::string& path) {
   if (path.empty()) return DefaultOverheadPipeline();
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("--pipeline: cannot read ", path));
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  absl::StatusOr<std::string> text = ReadWholeFile(path);
+  if (!text.ok()) return absl::NotFoundError(absl::StrCat("--pipeline: ", text.status().message()));
+  return text;
 }
 
 // Reads elements from `next` (which returns false at the end) for the warm-up, then samples the
