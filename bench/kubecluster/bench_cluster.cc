@@ -56,6 +56,16 @@ double LoadAverage1() {
   return load;
 }
 
+BenchClusterOptions ControllerBenchClusterOptions(const std::string& benchmark, const std::string& ns, int nodes,
+                                                  int dataservices, int pods_per_dataservice) {
+  BenchClusterOptions options;
+  options.temp_prefix = absl::StrCat("sluice-bench-", benchmark);
+  options.nodes = nodes;
+  options.pods = static_cast<int64_t>(dataservices) * pods_per_dataservice;
+  options.kubeconfig_namespace = ns;
+  return options;
+}
+
 std::string FindSluiceBinary(const std::string& explicit_path, const std::string& name, const std::string& built_path) {
   if (!explicit_path.empty()) return explicit_path;
   std::vector<std::string> candidates;

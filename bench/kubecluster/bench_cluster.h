@@ -73,6 +73,14 @@ struct BenchClusterOptions {
   std::string kubeconfig_namespace = "bench";  // the kubeconfig context's namespace
 };
 
+// The cluster a controller benchmark (`benchmark`: "operator", "autoscaler") runs against: `nodes`
+// simulated nodes with room for `dataservices` DataServices of `pods_per_dataservice` pods each (a
+// dispatcher and its workers), a temporary directory named sluice-bench-<benchmark>-XXXXXX, and
+// `ns` as the kubeconfig's namespace. python, source_dir and work_dir keep their defaults: the
+// caller sets them from its own flags.
+BenchClusterOptions ControllerBenchClusterOptions(const std::string& benchmark, const std::string& ns, int nodes,
+                                                  int dataservices, int pods_per_dataservice);
+
 // The test API server and `nodes` simulated nodes, Ready. Stops them (and removes a work directory
 // it made) when destroyed.
 class BenchCluster {
