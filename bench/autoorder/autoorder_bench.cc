@@ -1,26 +1,20 @@
 #include "bench/autoorder/autoorder_bench.h"
 
-#include <sys/wait.h>
-#include <time.h>
-
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <sstream>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "absl/strings/strip.h"
+#include "bench/common/bench_util.h"
 #include "dataplane/pipeline/autoorder/auto_order.h"
 #include "dataplane/pipeline/pipeline.h"
 #include "dataplane/pipeline/spec_parser.h"
@@ -42,49 +36,11 @@ void Say(const std::string& line) {
   std::cout.flush();
 }
 
-double ProcessCpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
 double LoadAverage() {
   std::ifstream in("/proc/loadavg");
   double load = 0;
   in >> load;
   return load;
-}
-
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (absl::StartsWith(line, "model name")) {
-      auto pos = line.find(':');
-      if (pos != std::string::npos) return std::string(absl::StripAsciiWhitespace(line.substr(pos + 1)));
-    }
-  }
-  return "unknown";
-}
-
-std::string ShellQuote(absl::string_view s) { return absl::StrCat("'", absl::StrReplaceAll(s, {{"'", "'\\''"}}), "'"); }
-
-std::vector<fs::path> JpegFiles(const fs::path& dir) {
-  std::vector<fs::path> files;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.is_regular_file() && entry.path().extension() == ".jpg") files.push_back(entry.path());
-  }
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
-absl::StatusOr<std::string> ReadText(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path.string()));
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 absl::Status EnsureData(const AutoOrderBenchOptions& options, const fs::path& dir) {
@@ -95,12 +51,9 @@ absl::Status EnsureData(const AutoOrderBenchOptions& options, const fs::path& di
     const std::string command = absl::StrCat(ShellQuote(options.python), " ", ShellQuote(script), " ",
                                              ShellQuote((dir / "jpeg").string()), " --count ", options.images, " 2>&1");
     Say(absl::StrCat("bench autoorder: making JPEGs: ", command));
-    FILE* pipe = popen(command.c_str(), "r");
-    if (pipe == nullptr) return absl::InternalError("cannot run make_jpeg_dataset.py");
-    char buf[4096];
-    while (std::fgets(buf, sizeof(buf), pipe) != nullptr) std::cout << buf;
-    const int status = pclose(pipe);
-    if (status != 0 || JpegFiles(dir / "jpeg").empty()) {
+    const int rc = RunCommand(command, [](const std::string& line) { std::cout << line << "\n"; });
+    if (rc == -1) return absl::InternalError("cannot run make_jpeg_dataset.py");
+    if (rc != 0 || JpegFiles(dir / "jpeg").empty()) {
       return absl::InternalError(absl::StrCat("make_jpeg_dataset.py failed: ", command));
     }
   }
@@ -125,7 +78,7 @@ absl::StatusOr<Run> RunOnce(const pipeline::PipelineDef& def, int cores) {
   auto created = pipeline::Pipeline::Create(def, runtime);
   if (!created.ok()) return created.status();
   Run run;
-  const double start = ProcessCpuSeconds();
+  const double start = ThisProcessCpuSeconds();
   {
     auto it = (*created)->MakeIterator();
     if (!it.ok()) return it.status();
@@ -137,7 +90,7 @@ absl::StatusOr<Run> RunOnce(const pipeline::PipelineDef& def, int cores) {
       run.elements += fields.empty() || fields[0].second.rank() == 0 ? 1 : static_cast<double>(fields[0].second.shape()[0]);
     }
   }  // the iterator's threads are joined here
-  run.cpu_seconds = ProcessCpuSeconds() - start;
+  run.cpu_seconds = ThisProcessCpuSeconds() - start;
   return run;
 }
 
@@ -171,7 +124,7 @@ absl::Status WriteDetectionRecords(const std::string& dir) {
   std::mt19937_64 rng(14);
   std::vector<std::string> records;
   for (const fs::path& path : jpegs) {
-    auto bytes = ReadText(path);
+    auto bytes = ReadWholeFile(path);
     if (!bytes.ok()) return bytes.status();
     // 1-8 boxes; the largest is s x s pixels with s uniform in [16, 128], so about 40% of the images
     // have no box of at least 64 x 64 (the pipeline's filter drops those).
@@ -257,7 +210,7 @@ int RunAutoOrderBenchmark(const AutoOrderBenchOptions& options) {
   json ratios = json::object();
   for (const std::string& name : options.pipelines) {
     const fs::path spec_path = fs::path(BenchAutoOrderDir()) / (name + ".yaml");
-    auto text = ReadText(spec_path);
+    auto text = ReadWholeFile(spec_path);
     if (!text.ok()) {
       std::cerr << "bench autoorder: " << text.status().message() << " (pipelines: image, detection, text)\n";
       return 1;
@@ -326,7 +279,7 @@ int RunAutoOrderBenchmark(const AutoOrderBenchOptions& options) {
                         median_ratio, ratio.min, ratio.max));
   }
   json out = {{"benchmark", "autoorder"},
-              {"machine", CpuModel()},
+              {"machine", CpuModelName()},
               {"cores", options.cores},
               {"rounds", options.rounds},
               {"order", "A B B A per round (A: as written, B: AutoOrder relaxed)"},

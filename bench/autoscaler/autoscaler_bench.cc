@@ -18,6 +18,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/common/bench_util.h"
 #include "bench/kubecluster/bench_cluster.h"
 #include "bench/operator/operator_bench.h"
 #include "kube/client.h"
@@ -184,14 +185,11 @@ absl::StatusOr<int> BenchRun::CountDecided() {
 
 absl::StatusOr<AutoscalerBenchResult> BenchRun::Run() {
   if (absl::Status s = Prepare(); !s.ok()) return s;
-  BenchClusterOptions cluster_options;
+  BenchClusterOptions cluster_options =
+      ControllerBenchClusterOptions("autoscaler", kNamespace, o_.nodes, o_.dataservices, o_.workers + 1);
   cluster_options.python = o_.python;
   cluster_options.source_dir = source_dir_;
   cluster_options.work_dir = o_.work_dir;
-  cluster_options.temp_prefix = "sluice-bench-autoscaler";
-  cluster_options.nodes = o_.nodes;
-  cluster_options.pods = static_cast<int64_t>(o_.dataservices) * (o_.workers + 1);
-  cluster_options.kubeconfig_namespace = kNamespace;
   auto cluster = BenchCluster::Start(cluster_options);
   if (!cluster.ok()) return cluster.status();
   cluster_ = *std::move(cluster);

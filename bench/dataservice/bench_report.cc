@@ -8,37 +8,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <optional>
-#include <sstream>
 #include <thread>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "bench/common/bench_util.h"
 #include "dataplane/pipeline/spec_parser.h"
 
 namespace sluice::bench {
-namespace {
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::optional<std::string> ReadTextIfExists(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
 
 absl::StatusOr<int64_t> ParseProcStatCpuTicks(absl::string_view stat) {
   const size_t close = stat.rfind(')');
@@ -59,8 +37,8 @@ absl::StatusOr<int64_t> ParseProcStatCpuTicks(absl::string_view stat) {
 }
 
 absl::StatusOr<double> ProcessCpuSeconds(pid_t pid) {
-  auto text = ReadTextIfExists(absl::StrCat("/proc/", pid, "/stat"));
-  if (!text) return absl::NotFoundError(absl::StrCat("process ", pid, " is gone (no /proc/", pid, "/stat)"));
+  absl::StatusOr<std::string> text = ReadWholeFile(absl::StrCat("/proc/", pid, "/stat"));
+  if (!text.ok()) return absl::NotFoundError(absl::StrCat("process ", pid, " is gone (no /proc/", pid, "/stat)"));
   auto ticks = ParseProcStatCpuTicks(*text);
   if (!ticks.ok()) return ticks.status();
   return static_cast<double>(*ticks) / static_cast<double>(sysconf(_SC_CLK_TCK));
@@ -86,16 +64,6 @@ double Round(double value, int digits) {
   return std::round(value * scale) / scale;
 }
 
-std::string ParseCpuModel(absl::string_view cpuinfo) {
-  for (absl::string_view line : absl::StrSplit(cpuinfo, '\n')) {
-    if (!absl::StartsWith(line, "model name")) continue;
-    const size_t colon = line.find(':');
-    if (colon == absl::string_view::npos) continue;
-    return std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
-  }
-  return "";
-}
-
 absl::StatusOr<std::vector<double>> ParseLoadAvg(absl::string_view loadavg) {
   std::vector<absl::string_view> parts = absl::StrSplit(loadavg, ' ', absl::SkipWhitespace());
   if (parts.size() < 3) {
@@ -114,9 +82,9 @@ absl::StatusOr<std::vector<double>> ParseLoadAvg(absl::string_view loadavg) {
 
 MachineInfo ReadMachineInfo() {
   MachineInfo m;
-  m.cpu_model = ParseCpuModel(ReadText("/proc/cpuinfo"));
+  m.cpu_model = ParseCpuModel(ReadTextFile("/proc/cpuinfo"));
   m.cpus = static_cast<int>(std::max<long>(1, sysconf(_SC_NPROCESSORS_ONLN)));
-  if (auto load = ParseLoadAvg(ReadText("/proc/loadavg")); load.ok()) {
+  if (auto load = ParseLoadAvg(ReadTextFile("/proc/loadavg")); load.ok()) {
     m.load1 = (*load)[0];
     m.load5 = (*load)[1];
     m.load15 = (*load)[2];

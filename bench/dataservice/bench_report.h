@@ -48,8 +48,6 @@ struct MachineInfo {
   int cpus = 0;
   double load1 = 0, load5 = 0, load15 = 0;
 };
-// "model name" of the first processor in /proc/cpuinfo text; "" if absent.
-std::string ParseCpuModel(absl::string_view cpuinfo);
 // The three load averages of /proc/loadavg text ("0.52 0.58 0.59 1/467 12345").
 absl::StatusOr<std::vector<double>> ParseLoadAvg(absl::string_view loadavg);
 // Reads /proc/cpuinfo, /proc/loadavg and the online CPU count.

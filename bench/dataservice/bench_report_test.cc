@@ -34,15 +34,6 @@ TEST_CASE("Throughput converts to GB/s and elements/s") {
   CHECK(Throughput{}.gbps() == 0);
 }
 
-TEST_CASE("ParseCpuModel takes the first model name") {
-  const char* cpuinfo =
-      "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t: fpu\n\n"
-      "processor\t: 1\nmodel name\t: Other\n";
-  CHECK(ParseCpuModel(cpuinfo) == "Intel(R) Xeon(R) Processor");
-  CHECK(ParseCpuModel("processor : 0\n") == "");
-  CHECK(ParseCpuModel("model name without colon\n") == "");
-}
-
 TEST_CASE("ParseLoadAvg reads three averages and rejects malformed text") {
   auto load = ParseLoadAvg("0.52 1.58 10.25 1/467 12345\n");
   REQUIRE(load.ok());

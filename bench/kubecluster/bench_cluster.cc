@@ -13,11 +13,10 @@
 #include <sstream>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "absl/time/clock.h"
+#include "bench/common/bench_util.h"
 #include "kube/config.h"
 #include "kube/resource.h"
 #include "nlohmann/json.hpp"
@@ -27,7 +26,6 @@ namespace {
 
 using json = nlohmann::json;
 namespace fs = std::filesystem;
-
 
 // Waits until `port_file` holds a port (the Python servers write it once they listen).
 absl::StatusOr<int> WaitForPortFile(const std::string& port_file, BenchChild& child, const std::string& what) {
@@ -40,34 +38,6 @@ absl::StatusOr<int> WaitForPortFile(const std::string& port_file, BenchChild& ch
 }
 
 }  // namespace
-
-std::string ReadTextFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-bool WaitUntil(const std::function<bool()>& done, absl::Duration timeout, absl::Duration interval) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (!done()) {
-    if (absl::Now() >= deadline) return false;
-    absl::SleepFor(interval);
-  }
-  return true;
-}
-
-std::string CpuModelName() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (absl::StartsWith(line, "model name")) {
-      auto colon = line.find(':');
-      if (colon != std::string::npos) return std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
-    }
-  }
-  return "unknown";
-}
 
 bool HasTrueCondition(const json& object, const std::string& type) {
   if (!object.contains("status") || !object["status"].is_object()) return false;
@@ -84,6 +54,16 @@ double LoadAverage1() {
   std::istringstream in(ReadTextFile("/proc/loadavg"));
   if (!(in >> load)) return -1;
   return load;
+}
+
+BenchClusterOptions ControllerBenchClusterOptions(const std::string& benchmark, const std::string& ns, int nodes,
+                                                  int dataservices, int pods_per_dataservice) {
+  BenchClusterOptions options;
+  options.temp_prefix = absl::StrCat("sluice-bench-", benchmark);
+  options.nodes = nodes;
+  options.pods = static_cast<int64_t>(dataservices) * pods_per_dataservice;
+  options.kubeconfig_namespace = ns;
+  return options;
 }
 
 std::string FindSluiceBinary(const std::string& explicit_path, const std::string& name, const std::string& built_path) {

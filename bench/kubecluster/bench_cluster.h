@@ -2,7 +2,7 @@
 // autoscaler`): the project's test API server (e2e/apiserver) and simulated process nodes
 // (e2e/processnode --simulated --schedule: pods are bound and reported Running and Ready without
 // running anything, like kwok) in a work directory, a kube::Client to it, and the small process
-// and file helpers both benchmarks use.
+// and file helpers both benchmarks use (the general ones are in bench/common/bench_util.h).
 //
 // Threading: none of these classes is thread-safe; a benchmark drives them from one thread. Child
 // processes die with the process that started them (PR_SET_PDEATHSIG).
@@ -12,7 +12,6 @@
 #include <sys/types.h>
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,14 +24,6 @@
 
 namespace sluice::bench {
 
-// The whole file ("" when it cannot be read).
-std::string ReadTextFile(const std::string& path);
-// Polls `done` until it returns true (true) or `timeout` passes (false): a deadline, not a timing
-// assumption.
-bool WaitUntil(const std::function<bool()>& done, absl::Duration timeout,
-               absl::Duration interval = absl::Milliseconds(50));
-// /proc/cpuinfo's first "model name" ("unknown" when there is none).
-std::string CpuModelName();
 // Whether a Kubernetes object's status.conditions has `type` with status "True".
 bool HasTrueCondition(const nlohmann::json& object, const std::string& type);
 // The 1-minute load average (-1 when unreadable).
@@ -81,6 +72,14 @@ struct BenchClusterOptions {
   int64_t pods = 0;              // pods the nodes must hold together (each gets an equal share plus 64)
   std::string kubeconfig_namespace = "bench";  // the kubeconfig context's namespace
 };
+
+// The cluster a controller benchmark (`benchmark`: "operator", "autoscaler") runs against: `nodes`
+// simulated nodes with room for `dataservices` DataServices of `pods_per_dataservice` pods each (a
+// dispatcher and its workers), a temporary directory named sluice-bench-<benchmark>-XXXXXX, and
+// `ns` as the kubeconfig's namespace. python, source_dir and work_dir keep their defaults: the
+// caller sets them from its own flags.
+BenchClusterOptions ControllerBenchClusterOptions(const std::string& benchmark, const std::string& ns, int nodes,
+                                                  int dataservices, int pods_per_dataservice);
 
 // The test API server and `nodes` simulated nodes, Ready. Stops them (and removes a work directory
 // it made) when destroyed.

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "bench/common/bench_util.h"
 #include "testing/test_util.h"
 
 namespace sluice::bench {
@@ -55,6 +56,24 @@ TEST_CASE("bench_cluster: FindSourceDir prefers the explicit directory, then $SL
   CHECK(FindSourceDir("", "/built") == "/from-env");
   unsetenv("SLUICE_SOURCE_DIR");
   CHECK(FindSourceDir("", "/built") == "/built");
+}
+
+TEST_CASE("bench_cluster: ControllerBenchClusterOptions sizes the nodes for every pod and names the directory") {
+  // The operator benchmark's defaults: 1000 DataServices of a dispatcher and 8 workers on 4 nodes.
+  const BenchClusterOptions o = ControllerBenchClusterOptions("operator", "bench-ns", 4, 1000, 9);
+  CHECK(o.temp_prefix == "sluice-bench-operator");
+  CHECK(o.kubeconfig_namespace == "bench-ns");
+  CHECK(o.nodes == 4);
+  CHECK(o.pods == 9000);
+  // The interpreter, repository and work directory are left to the caller's flags.
+  const BenchClusterOptions defaults;
+  CHECK(o.python == defaults.python);
+  CHECK(o.source_dir.empty());
+  CHECK(o.work_dir.empty());
+  // The product is taken in 64 bits: 300,000 DataServices of 8,001 pods is past INT32_MAX.
+  const BenchClusterOptions big = ControllerBenchClusterOptions("autoscaler", "bench", 2, 300000, 8001);
+  CHECK(big.temp_prefix == "sluice-bench-autoscaler");
+  CHECK(big.pods == int64_t{2400300000});
 }
 
 TEST_CASE("bench_cluster: Start names the missing repository and bad node counts before starting anything") {

@@ -3,12 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/common/bench_util.h"
 #include "bench/dataservice/bench_report.h"
 #include "bench/dataservice/bench_service.h"
 #include "common/log.h"
@@ -47,16 +46,17 @@ absl::Status ValidateOptions(const OverheadBenchOptions& o) {
     return absl::InvalidArgumentError("--images and --pipeline both name the pipeline; give one of them");
   }
   if (o.batch_size < 1) return absl::InvalidArgumentError(absl::StrCat("--batch must be >= 1, got ", o.batch_size));
+  if (!o.images_dir.empty() && o.python.empty()) {
+    return absl::InvalidArgumentError("--python is empty; give the Python 3 that runs make_jpeg_dataset.py");
+  }
   return ParseCompression(o.compression).status();
 }
 
 absl::StatusOr<std::string> ReadSpec(const std::string& path) {
   if (path.empty()) return DefaultOverheadPipeline();
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("--pipeline: cannot read ", path));
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  absl::StatusOr<std::string> text = ReadWholeFile(path);
+  if (!text.ok()) return absl::NotFoundError(absl::StrCat("--pipeline: ", text.status().message()));
+  return text;
 }
 
 // Reads elements from `next` (which returns false at the end) for the warm-up, then samples the
@@ -271,6 +271,8 @@ void AddOverheadBenchFlags(CLI::App* app, OverheadBenchOptions& o) {
                   "(created when it has none)");
   app->add_option("--batch", o.batch_size, "with --images: the batch size")->capture_default_str();
   app->add_option("--count", o.image_count, "with --images: JPEGs to create when DIR has none")->capture_default_str();
+  app->add_option("--python", o.python, "with --images: the Python 3 (with PIL) that runs make_jpeg_dataset.py")
+      ->capture_default_str();
   app->add_option("--rounds", o.rounds, "rounds; each runs both sides, in alternating order")->capture_default_str();
   app->add_option("--seconds", o.seconds, "measured seconds per side and round")->capture_default_str();
   app->add_option("--warmup", o.warmup_seconds, "unmeasured seconds before each window")->capture_default_str();
@@ -287,7 +289,7 @@ void AddOverheadBenchFlags(CLI::App* app, OverheadBenchOptions& o) {
 int RunOverheadBenchmark(const OverheadBenchOptions& o, std::ostream& out, std::ostream& err) {
   if (absl::Status s = ValidateOptions(o); !s.ok()) return Fail(err, s, "");
   if (!o.images_dir.empty()) {
-    if (absl::Status s = EnsureJpegDataset("/usr/bin/python3", o.images_dir, o.image_count, true); !s.ok()) {
+    if (absl::Status s = EnsureJpegDataset(o.python, o.images_dir, o.image_count, true); !s.ok()) {
       return Fail(err, s, "");
     }
   }

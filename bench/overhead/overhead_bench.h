@@ -37,6 +37,7 @@ struct OverheadBenchOptions {
   // shared-memory ring (views only while held slots span at most half of it).
   int batch_size = 16;
   int image_count = 2048;         // JPEGs to create when images_dir has none
+  std::string python = "/usr/bin/python3";  // runs make_jpeg_dataset.py (as `sluice bench pipeline`'s default)
   int rounds = 3;                 // each round runs both sides; the order alternates (ABBA)
   double seconds = 6;             // measured window per side and round
   double warmup_seconds = 3;      // unmeasured reading before each window (start-up, autotuning)

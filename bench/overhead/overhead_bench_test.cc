@@ -1,5 +1,6 @@
 #include "bench/overhead/overhead_bench.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <sstream>
@@ -7,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include "bench/dataservice/bench_report.h"
+#include "bench/pipeline/pipeline_bench.h"
 #include "dataplane/pipeline/pipeline.h"
 #include "testing/test_util.h"
 
@@ -143,6 +145,48 @@ TEST_CASE("Option images runs the pipeline benchmark's ResNet JPEG pipeline with
   auto builtin = OverheadPipelineSpec(o);
   REQUIRE(builtin.ok());
   CHECK(*builtin == DefaultOverheadPipeline());
+}
+
+TEST_CASE("Option python defaults to sluice bench pipeline's interpreter and runs make_jpeg_dataset.py") {
+  OverheadBenchOptions defaults;
+  CLI::App app("overhead");
+  AddOverheadBenchFlags(&app, defaults);
+  const char* no_args[] = {"overhead"};
+  app.parse(1, no_args);
+  CHECK(defaults.python == "/usr/bin/python3");
+  CHECK(defaults.python == PipelineBenchOptions().python);
+
+  OverheadBenchOptions o;
+  CLI::App given("overhead");
+  AddOverheadBenchFlags(&given, o);
+  const char* args[] = {"overhead", "--images", "/data/jpegs", "--python", "/opt/py/bin/python3", "--count", "8"};
+  given.parse(7, args);
+  CHECK(o.python == "/opt/py/bin/python3");
+  CHECK(o.images_dir == "/data/jpegs");
+  CHECK(o.image_count == 8);
+
+  // With no JPEGs in --images, the given interpreter runs the script: a stand-in that records its
+  // arguments and fails, so nothing else starts.
+  testing::TempDir dir;
+  const std::string fake = dir.File("fake-python");
+  testing::WriteFile(fake, "#!/bin/sh\necho \"$@\" > \"$0.args\"\nexit 3\n");
+  REQUIRE(chmod(fake.c_str(), 0755) == 0);
+  const std::string images = dir.File("jpegs");
+  REQUIRE(mkdir(images.c_str(), 0755) == 0);
+  o.images_dir = images;
+  o.python = fake;
+  std::ostringstream out, err;
+  CHECK(RunOverheadBenchmark(o, out, err) == 1);
+  CHECK(err.str().find("make_jpeg_dataset.py failed (exit 3)") != std::string::npos);
+  CHECK(err.str().find(fake) != std::string::npos);
+  const std::string recorded = testing::ReadFile(fake + ".args");
+  CHECK(recorded.find("make_jpeg_dataset.py " + images + " --count 8") != std::string::npos);
+  CHECK(out.str().empty());
+
+  o.python.clear();
+  std::ostringstream err2;
+  CHECK(RunOverheadBenchmark(o, out, err2) == 1);
+  CHECK(err2.str().find("--python is empty") != std::string::npos);
 }
 
 TEST_CASE("A tiny overhead run prints a JSON last line with positive CPU numbers") {

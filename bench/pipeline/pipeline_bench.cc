@@ -1,28 +1,22 @@
 #include "bench/pipeline/pipeline_bench.h"
 
 #include <sched.h>
-#include <sys/wait.h>
-#include <time.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
+#include "bench/common/bench_util.h"
 #include "dataplane/pipeline/pipeline.h"
 #include "dataplane/pipeline/spec_parser.h"
 
@@ -43,12 +37,6 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-double ProcessCpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
 // Progress goes to stderr; stdout carries only the JSON line.
 void Say(const std::string& line) {
   std::cerr << line << "\n";
@@ -60,10 +48,6 @@ std::vector<double> LoadAverage() {
   double a = 0, b = 0, c = 0;
   in >> a >> b >> c;
   return {a, b, c};
-}
-
-std::string ShellQuote(absl::string_view s) {
-  return absl::StrCat("'", absl::StrReplaceAll(s, {{"'", "'\\''"}}), "'");
 }
 
 std::vector<int> AllowedCpus() {
@@ -83,48 +67,6 @@ bool SetThreadCpus(const std::vector<int>& cpus) {
   CPU_ZERO(&set);
   for (int c : cpus) CPU_SET(c, &set);
   return sched_setaffinity(0, sizeof(set), &set) == 0;
-}
-
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (absl::StartsWith(line, "model name")) {
-      auto pos = line.find(':');
-      if (pos != std::string::npos) return std::string(absl::StripAsciiWhitespace(line.substr(pos + 1)));
-    }
-  }
-  return "unknown";
-}
-
-std::vector<fs::path> JpegFiles(const fs::path& dir) {
-  std::vector<fs::path> files;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.is_regular_file() && entry.path().extension() == ".jpg") files.push_back(entry.path());
-  }
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
-// Runs a shell command, forwarding each output line through `on_line`; returns its exit code.
-int RunCommand(const std::string& command, const std::function<void(const std::string&)>& on_line) {
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return -1;
-  std::string line;
-  char buf[4096];
-  while (std::fgets(buf, sizeof(buf), pipe) != nullptr) {
-    line += buf;
-    if (!line.empty() && line.back() == '\n') {
-      line.pop_back();
-      on_line(line);
-      line.clear();
-    }
-  }
-  if (!line.empty()) on_line(line);
-  int status = pclose(pipe);
-  if (status == -1) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
 absl::Status EnsureDataset(const PipelineBenchOptions& options, const fs::path& dir, bool explicit_dir) {
@@ -193,7 +135,7 @@ absl::StatusOr<SideResult> RunSluice(const std::string& spec, const std::string&
       ++batches;
       if (batches == kWarmupBatches) {
         start = Now();
-        cpu_start = ProcessCpuSeconds();
+        cpu_start = ThisProcessCpuSeconds();
         continue;
       }
       if (batches < kWarmupBatches) continue;
@@ -206,7 +148,7 @@ absl::StatusOr<SideResult> RunSluice(const std::string& spec, const std::string&
       }
       if (now - start >= options.seconds) {
         result.seconds = now - start;
-        result.cpu_seconds = ProcessCpuSeconds() - cpu_start;
+        result.cpu_seconds = ThisProcessCpuSeconds() - cpu_start;
         break;
       }
     }
@@ -265,11 +207,9 @@ absl::Status EnsureJpegDataset(const std::string& python, const std::string& dir
 
 absl::StatusOr<std::string> ResnetPipelineSpec(const std::string& images_dir, int batch_size) {
   const std::string spec_path = (fs::path(BenchPipelineDir()) / "resnet.yaml").string();
-  std::ifstream in(spec_path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", spec_path, " (set SLUICE_BENCH_PIPELINE_DIR)"));
-  std::stringstream text;
-  text << in.rdbuf();
-  return ExpandSpecTemplate(text.str(), fs::absolute(images_dir).string(), batch_size);
+  absl::StatusOr<std::string> text = ReadWholeFile(spec_path);
+  if (!text.ok()) return absl::NotFoundError(absl::StrCat(text.status().message(), " (set SLUICE_BENCH_PIPELINE_DIR)"));
+  return ExpandSpecTemplate(*text, fs::absolute(images_dir).string(), batch_size);
 }
 
 std::string ExpandSpecTemplate(absl::string_view text, absl::string_view images_dir, int batch_size) {
@@ -447,7 +387,7 @@ int RunPipelineBenchmark(const PipelineBenchOptions& options) {
   report.images_dir = dir.string();
   report.dataset_images = static_cast<int64_t>(files.size());
   report.batch_size = options.batch_size;
-  report.machine = CpuModel();
+  report.machine = CpuModelName();
   const std::vector<int> allowed = AllowedCpus();
   const std::vector<int> cpus = PickCpus(allowed, options.cores);
   report.cores = static_cast<int>(cpus.size());
@@ -456,15 +396,13 @@ int RunPipelineBenchmark(const PipelineBenchOptions& options) {
                       files.size(), report.dataset_mean_kb, dir.string(), report.cores, absl::StrJoin(cpus, ","),
                       options.seconds));
 
-  const std::string spec_path = (fs::path(BenchPipelineDir()) / "resnet.yaml").string();
-  std::ifstream spec_in(spec_path);
-  if (!spec_in) {
-    std::cerr << "bench pipeline: cannot read " << spec_path << " (set SLUICE_BENCH_PIPELINE_DIR)\n";
+  const std::string spec_path = (fs::path(BenchPipelineDir()) / "resnet.yaml").string();  // names the spec in errors
+  absl::StatusOr<std::string> resnet_spec = ResnetPipelineSpec(dir.string(), options.batch_size);
+  if (!resnet_spec.ok()) {
+    std::cerr << "bench pipeline: " << resnet_spec.status().message() << "\n";
     return 1;
   }
-  std::stringstream spec_text;
-  spec_text << spec_in.rdbuf();
-  const std::string spec = ExpandSpecTemplate(spec_text.str(), dir.string(), options.batch_size);
+  const std::string spec = *std::move(resnet_spec);
 
   report.rounds = options.rounds;
   report.load_avg_start = LoadAverage();

@@ -6,15 +6,14 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
-#include <sys/wait.h>
 #include <jpeglib.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "bench/common/bench_util.h"
 #include "dataplane/pipeline/image/crop_geometry.h"
 #include "dataplane/pipeline/image/image_op_util.h"
 #include "dataplane/pipeline/image/image_test_util.h"
@@ -31,13 +30,6 @@ namespace sluice::bench {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string ReadText(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // Writes a w x h RGB JPEG with a smooth pattern.
 void WriteJpeg(const fs::path& path, int w, int h, int seed) {
@@ -79,7 +71,7 @@ TEST_CASE("The checked-in resnet.yaml runs on real JPEGs with decode+crop and fl
   testing::TempDir dir;
   for (int i = 0; i < 6; ++i) WriteJpeg(fs::path(dir.path()) / absl::StrCat("img_", i, ".jpg"), 300 + 20 * i, 260, i);
   const fs::path spec_path = fs::path(BenchPipelineDir()) / "resnet.yaml";
-  std::string spec = ExpandSpecTemplate(ReadText(spec_path), dir.path().string(), 4);
+  std::string spec = ExpandSpecTemplate(ReadTextFile(spec_path), dir.path().string(), 4);
   auto def = pipeline::ParsePipelineSpec(spec, spec_path.string());
   INFO(def.status().ToString());
   REQUIRE(def.ok());
@@ -240,27 +232,10 @@ imgt::RawImage TexturedImage(int64_t h, int64_t w, uint64_t seed) {
   return smooth;
 }
 
-std::string ReadBytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 imgt::RawImage ReadRaw(const fs::path& p, int64_t h, int64_t w) {
-  std::string bytes = ReadBytes(p);
+  std::string bytes = ReadTextFile(p);
   imgt::RawImage out{h, w, 3, std::vector<uint8_t>(bytes.begin(), bytes.end())};
   return out;
-}
-
-// Runs a command; returns its exit code and its stdout.
-int RunForOutput(const std::string& command, std::string* out) {
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return -1;
-  char buf[4096];
-  while (std::fgets(buf, sizeof(buf), pipe) != nullptr) *out += buf;
-  const int status = pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 // Tolerances of Sluice's fused region decode + crop + resize (decode_jpeg + random_resized_crop to
@@ -319,7 +294,7 @@ TEST_CASE("Sluice's crop-and-resize matches PIL's on the same box within the sta
   std::vector<Case> cases;
   nlohmann::json manifest = nlohmann::json::array();
   for (const fs::path& jpeg : jpegs) {
-    const std::string bytes = ReadBytes(jpeg);
+    const std::string bytes = ReadTextFile(jpeg);
     img::JpegDecoder decoder(bytes);
     REQUIRE(decoder.ReadHeader().ok());
     const int64_t h = decoder.header().height, w = decoder.header().width;
@@ -366,9 +341,9 @@ TEST_CASE("Sluice's crop-and-resize matches PIL's on the same box within the sta
   const fs::path manifest_path = fs::path(dir.path()) / "manifest.json";
   std::ofstream(manifest_path) << manifest.dump();
   std::string out;
-  const int rc = RunForOutput(absl::StrCat(SLUICE_PYTHON3, " ", BenchPipelineDir(), "/pil_crop.py ",
-                                           manifest_path.string(), " 2>&1"),
-                              &out);
+  const int rc = RunCommand(
+      absl::StrCat(SLUICE_PYTHON3, " ", BenchPipelineDir(), "/pil_crop.py ", manifest_path.string(), " 2>&1"),
+      [&](const std::string& line) { absl::StrAppend(&out, line, "\n"); });
   INFO(out);
   REQUIRE(rc == 0);
   auto result = nlohmann::json::parse(out.substr(out.rfind('{')));
