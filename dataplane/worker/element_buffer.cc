@@ -84,13 +84,27 @@ bool ProducerMayResume(size_t queued, size_t queued_bytes, size_t incoming_bytes
   return queued <= max_elements / 2 && queued_bytes <= max_bytes / 2 && queued_bytes + incoming_bytes <= max_bytes;
 }
 
-ElementBuffer::ElementBuffer(size_t max_elements, size_t max_bytes)
-    : max_elements_(std::max<size_t>(1, max_elements)), max_bytes_(std::max<size_t>(1, max_bytes)) {}
+ElementBuffer::ElementBuffer(size_t max_elements, size_t max_bytes, size_t min_bytes)
+    : max_elements_(std::max<size_t>(1, max_elements)), max_bytes_(std::max<size_t>(1, max_bytes)), min_bytes_(min_bytes) {}
+
+size_t ElementBuffer::ElementBoundLocked() const {
+  if (min_bytes_ == 0 || pushed_elements_ == 0) return max_elements_;
+  const uint64_t mean = std::max<uint64_t>(1, pushed_bytes_ / pushed_elements_);
+  return std::max<size_t>(max_elements_, std::min<uint64_t>(min_bytes_ / mean, kMaxElementBound));
+}
+
+size_t ElementBuffer::element_bound() const {
+  absl::MutexLock lock(&mu_);
+  return ElementBoundLocked();
+}
 
 bool ElementBuffer::Push(EncodedElementPtr element, CancelToken* cancel) {
   const size_t size = element->size();
+  // Uncompressed: a reader asking for another codec gets them decompressed, and a response packs
+  // up to element_bound() of them.
+  const uint64_t mean_size = std::max<uint64_t>(size, element->uncompressed_size);
   auto has_room = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return queue_.empty() || (queue_.size() < max_elements_ && bytes_ + size <= max_bytes_);
+    return queue_.empty() || (queue_.size() < ElementBoundLocked() && bytes_ + size <= max_bytes_);
   };
   {
     // Most pushes find room: no cancel callback to register (an allocation per element).
@@ -98,6 +112,8 @@ bool ElementBuffer::Push(EncodedElementPtr element, CancelToken* cancel) {
     if (closed_) return false;
     if (has_room()) {
       bytes_ += size;
+      ++pushed_elements_;
+      pushed_bytes_ += mean_size;
       queue_.push_back(std::move(element));
       return true;
     }
@@ -109,12 +125,14 @@ bool ElementBuffer::Push(EncodedElementPtr element, CancelToken* cancel) {
     // wakes once per half buffer instead of once per element. Cancellation only ends the wait:
     // with room, the element goes in.
     auto can_go_on = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return closed_ || IsCancelled(cancel) || ProducerMayResume(queue_.size(), bytes_, size, max_elements_, max_bytes_);
+      return closed_ || IsCancelled(cancel) || ProducerMayResume(queue_.size(), bytes_, size, ElementBoundLocked(), max_bytes_);
     };
     mu_.Await(absl::Condition(&can_go_on));
   }
   if (closed_ || !has_room()) return false;
   bytes_ += size;
+  ++pushed_elements_;
+  pushed_bytes_ += mean_size;
   queue_.push_back(std::move(element));
   return true;
 }

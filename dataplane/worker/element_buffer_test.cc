@@ -66,6 +66,51 @@ TEST_CASE("worker_buffer: a producer that waited resumes once about half the buf
   CHECK(buffer.size() == 5);
 }
 
+TEST_CASE("worker_buffer: min_bytes lets small elements past the element bound, bytes still bound") {
+  // 4 elements at most, or 1000 bytes of elements averaging under 250 bytes.
+  ElementBuffer buffer(4, 1 << 20, 1000);
+  CHECK(buffer.element_bound() == 4);  // nothing pushed yet
+  for (int i = 0; i < 10; ++i) REQUIRE(buffer.Push(Bytes(100), nullptr));
+  CHECK(buffer.element_bound() == 10);
+  CancelToken token;
+  bool pushed = true;
+  std::thread producer([&] { pushed = buffer.Push(Bytes(100), &token); });
+  token.Cancel();  // the 11th had to wait: full at 10
+  producer.join();
+  CHECK_FALSE(pushed);
+  CHECK(buffer.size() == 10);
+
+  // Large elements: the element bound stays.
+  ElementBuffer large(4, 1 << 20, 1000);
+  for (int i = 0; i < 4; ++i) REQUIRE(large.Push(Bytes(500), nullptr));
+  CHECK(large.element_bound() == 4);
+  // Compressed elements count by their uncompressed size: a reader may ask for them decompressed.
+  ElementBuffer compressed(4, 1 << 20, 1000);
+  for (int i = 0; i < 4; ++i) {
+    auto e = std::make_shared<EncodedElement>(*Bytes(10));
+    e->codec = pipeline::Codec::kLz4;
+    e->uncompressed_size = 5000;
+    REQUIRE(compressed.Push(e, nullptr));
+  }
+  CHECK(compressed.element_bound() == 4);
+  // Off (0), as before.
+  ElementBuffer off(4, 1 << 20, 0);
+  for (int i = 0; i < 4; ++i) REQUIRE(off.Push(Bytes(1), nullptr));
+  CHECK(off.element_bound() == 4);
+  // max_bytes still bounds: 10 elements of 100 bytes allowed by count, 350 bytes by bytes.
+  ElementBuffer bytes(4, 350, 1000);
+  for (int i = 0; i < 3; ++i) REQUIRE(bytes.Push(Bytes(100), nullptr));
+  CancelToken bytes_token;
+  std::thread bytes_producer([&] { pushed = bytes.Push(Bytes(100), &bytes_token); });
+  bytes_token.Cancel();
+  bytes_producer.join();
+  CHECK_FALSE(pushed);
+  // Tiny elements: at most kMaxElementBound.
+  ElementBuffer tiny(4, 1 << 30, size_t{1} << 30);
+  REQUIRE(tiny.Push(Bytes(1), nullptr));
+  CHECK(tiny.element_bound() == ElementBuffer::kMaxElementBound);
+}
+
 TEST_CASE("worker_buffer: bytes bound the buffer, but one oversized element always fits") {
   ElementBuffer buffer(100, 1000);
   REQUIRE(buffer.Push(Bytes(5000), nullptr));  // empty buffer: admitted

@@ -383,7 +383,7 @@ StreamingTaskRunner::StreamingTaskRunner(service::TaskDef def, std::unique_ptr<E
                                          const TaskRunnerOptions& options)
     : TaskRunner(std::move(def)),
       producer_(std::move(producer)),
-      buffer_(options.buffer_elements, options.buffer_bytes),
+      buffer_(options.buffer_elements, options.buffer_bytes, options.buffer_min_bytes),
       max_undelivered_(options.max_undelivered_elements) {
   thread_ = std::thread([this] { ProduceLoop(); });
 }

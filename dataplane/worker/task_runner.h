@@ -47,6 +47,9 @@ namespace sluice::worker {
 struct TaskRunnerOptions {
   size_t buffer_elements = 256;             // per task
   size_t buffer_bytes = 64 << 20;           // per task
+  // Streaming tasks: small elements may pass buffer_elements up to this many bytes (ElementBuffer's
+  // min_bytes; 0: buffer_elements bounds always).
+  size_t buffer_min_bytes = 0;
   // Streaming tasks: the producer pauses while it has produced this many elements more than the
   // job's clients reported received (relayed by the dispatcher, see SetDelivered): what a killed
   // worker can take with it. 0: no cap (the buffer bounds alone).

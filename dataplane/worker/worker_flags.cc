@@ -41,6 +41,9 @@ void AddFlags(CLI::App& app, WorkerFlags& f) {
   app.add_option("--sharing_window_elements", f.sharing_window_elements, "cross-job sharing: elements kept for the slowest job");
   app.add_option("--buffer_bytes", f.buffer_bytes, "per task: bytes of encoded elements buffered ahead of readers");
   app.add_option("--buffer_elements", f.buffer_elements, "per task: elements buffered ahead of readers");
+  app.add_option("--buffer_min_bytes", f.buffer_min_bytes,
+                 "per task: small elements may pass --buffer_elements up to this many bytes (0: they may not; "
+                 "default 4 MiB, 0 when --buffer_elements is given)");
   app.add_option("--max_undelivered_elements", f.max_undelivered_elements,
                  "per streaming task: produce at most this many elements beyond what the job's clients reported "
                  "received (bounds what a killed worker takes with it; 0: no cap)");
@@ -161,6 +164,10 @@ absl::Status Validate(const WorkerFlags& f) {
     if (auto s = positive(name, value); !s.ok()) return s;
   }
   if (auto dirs = pipeline::ResolvePluginDirs(f.plugin_dirs, "--plugin_dir"); !dirs.ok()) return dirs.status();
+  if (f.buffer_min_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--buffer_min_bytes: must be >= 0 (0: --buffer_elements bounds always), got ", f.buffer_min_bytes));
+  }
   if (f.max_undelivered_elements < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max_undelivered_elements: must be >= 0 (0: no cap), got ", f.max_undelivered_elements));
@@ -217,6 +224,8 @@ absl::StatusOr<ParsedFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   } catch (const CLI::ParseError& e) {
     return absl::InvalidArgumentError(e.what());
   }
+  // A --buffer_elements given (flag or config) is a strict bound unless --buffer_min_bytes is given too.
+  if (app.count("--buffer_elements") > 0 && app.count("--buffer_min_bytes") == 0) parsed.flags.buffer_min_bytes = 0;
   if (auto s = Validate(parsed.flags); !s.ok()) return s;
   return parsed;
 }
@@ -249,6 +258,7 @@ absl::StatusOr<WorkerConfig> MakeWorkerConfig(const WorkerFlags& flags, int port
   config.sharing_window_elements = static_cast<size_t>(flags.sharing_window_elements);
   config.runner.buffer_bytes = static_cast<size_t>(flags.buffer_bytes);
   config.runner.buffer_elements = static_cast<size_t>(flags.buffer_elements);
+  config.runner.buffer_min_bytes = static_cast<size_t>(flags.buffer_min_bytes);
   config.runner.max_undelivered_elements = flags.max_undelivered_elements;
   config.runner.round_timeout = absl::Milliseconds(flags.round_timeout_ms);
   config.runner.splits.lease_elements = flags.split_lease_elements;

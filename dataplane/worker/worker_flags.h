@@ -30,6 +30,7 @@ struct WorkerFlags {
   int64_t sharing_window_elements = 256;
   int64_t buffer_bytes = 64 << 20;
   int64_t buffer_elements = 256;
+  int64_t buffer_min_bytes = 4 << 20;
   int64_t max_undelivered_elements = 0;    // per streaming task; 0: no cap
   int64_t split_lease_elements = 32;        // dynamic sharding: first position lease of a split
   int64_t split_lease_max_elements = 2048;  // ... doubling per renewal up to this

@@ -158,5 +158,34 @@ TEST_CASE("worker_flags: --max_undelivered_elements from the command line or the
   CHECK(flag->flags.max_undelivered_elements == 7);
 }
 
+TEST_CASE("worker_flags: --buffer_min_bytes defaults to 4 MiB, reaches the runners, 0 turns it off, negative is refused") {
+  auto plain = ParseWorkerFlags({"--dispatcher_address=d:1"});
+  REQUIRE(plain.ok());
+  auto config = MakeWorkerConfig(plain->flags, 7000);
+  REQUIRE(config.ok());
+  CHECK(config->runner.buffer_min_bytes == (4u << 20));
+  auto off = ParseWorkerFlags({"--dispatcher_address=d:1", "--buffer_min_bytes=0"});
+  REQUIRE(off.ok());
+  config = MakeWorkerConfig(off->flags, 7000);
+  REQUIRE(config.ok());
+  CHECK(config->runner.buffer_min_bytes == 0);
+  CHECK_THAT(Error({"--dispatcher_address=d:1", "--buffer_min_bytes=-1"}), Catch::Contains("--buffer_min_bytes: must be >= 0"));
+  // A --buffer_elements given is a strict bound, on the command line or in the config, unless
+  // --buffer_min_bytes is given as well.
+  auto strict = ParseWorkerFlags({"--dispatcher_address=d:1", "--buffer_elements=8"});
+  REQUIRE(strict.ok());
+  CHECK(strict->flags.buffer_min_bytes == 0);
+  sluice::testing::TempDir dir;
+  const std::string path = dir.File("worker.yaml");
+  sluice::testing::WriteFile(path, "dispatcher_address: d:1\nbuffer_elements: 8\n");
+  auto from_config = ParseWorkerFlags({"--config", path});
+  REQUIRE(from_config.ok());
+  CHECK(from_config->flags.buffer_min_bytes == 0);
+  auto both = ParseWorkerFlags({"--config", path, "--buffer_min_bytes=1048576"});
+  REQUIRE(both.ok());
+  CHECK(both->flags.buffer_elements == 8);
+  CHECK(both->flags.buffer_min_bytes == (1u << 20));
+}
+
 }  // namespace
 }  // namespace sluice::worker
