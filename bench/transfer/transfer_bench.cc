@@ -44,6 +44,9 @@ absl::Status ValidateOptions(const TransferBenchOptions& o) {
   if (o.seconds <= 0) return absl::InvalidArgumentError(absl::StrCat("--seconds must be > 0, got ", o.seconds));
   if (o.warmup_seconds < 0) return absl::InvalidArgumentError(absl::StrCat("--warmup must be >= 0, got ", o.warmup_seconds));
   if (o.cache_bytes < 1) return absl::InvalidArgumentError(absl::StrCat("--cache_bytes must be >= 1, got ", o.cache_bytes));
+  if (o.replay != "encoded" && o.replay != "elements") {
+    return absl::InvalidArgumentError(absl::StrCat("--replay: '", o.replay, "' is not one of encoded, elements"));
+  }
   return ParseCompression(o.compression).status();
 }
 
@@ -123,12 +126,16 @@ int64_t DistinctElements(int64_t element_bytes, int64_t cache_bytes) {
   return std::clamp<int64_t>(cache_bytes / element_bytes, 16, 4096);
 }
 
-std::string TransferPipelineSpec(int64_t element_bytes, int64_t distinct_elements) {
+std::string TransferPipelineSpec(int64_t element_bytes, int64_t distinct_elements, const std::string& replay) {
+  // A bound far above the data: the pipeline's own cache never gives up, and the worker does not
+  // serve it encoded (docs/dataservice-worker.md).
+  const std::string cache =
+      replay == "elements" ? absl::StrCat("{max_bytes: ", 4 * (element_bytes + 4096) * distinct_elements, "}") : "{}";
   return absl::StrCat("name: transfer-", SizeLabel(element_bytes), "\n",
                       "source: {synthetic: {count: ", distinct_elements, ", shape: [", element_bytes,
                       "], dtype: uint8, split_size: ", distinct_elements, "}}\n",
                       "steps:\n",
-                      "  - cache: {}\n",
+                      "  - cache: ", cache, "\n",
                       "  - repeat: {count: -1}\n");
 }
 
@@ -226,6 +233,10 @@ void AddTransferBenchFlags(CLI::App* app, TransferBenchOptions& o) {
   app->add_option("--warmup", o.warmup_seconds, "unmeasured seconds per trial after the first pass")->capture_default_str();
   app->add_option("--cache_bytes", o.cache_bytes, "bytes of distinct pre-made elements per size")->capture_default_str();
   app->add_option("--compression", o.compression, "the Sluice job's compression: none|auto|lz4|zstd")->capture_default_str();
+  app->add_option("--replay", o.replay,
+                  "encoded: the worker replays its cache as encoded (as the baseline sends pre-serialized "
+                  "messages); elements: the pipeline's own cache, encoded again per replay")
+      ->capture_default_str();
   app->add_option("--bin_dir", o.bin_dir, "directory of sluice-dispatcher and sluice-worker (default: this binary's)");
   app->add_flag("--keep_logs", o.keep_logs, "keep the processes' logs");
   app->add_flag("--shm_side,!--no_shm_side", o.shm_side,
@@ -264,7 +275,7 @@ int RunTransferBenchmark(const TransferBenchOptions& o) {
   std::vector<TransferSizeResult> results;
   for (int64_t size : o.sizes) {
     const int64_t distinct = DistinctElements(size, o.cache_bytes);
-    auto def = ParseBenchPipeline(TransferPipelineSpec(size, distinct), "transfer");
+    auto def = ParseBenchPipeline(TransferPipelineSpec(size, distinct, o.replay), "transfer");
     if (!def.ok()) return Fail(def.status(), *log_dir);
     raw::RawStreamRequest raw_request;
     raw_request.set_element_bytes(size);
@@ -325,6 +336,7 @@ int RunTransferBenchmark(const TransferBenchOptions& o) {
                    "back to back from OnWriteDone; client parses on gRPC's thread into a 4-message queue the "
                    "consumer thread pops"},
       {"compression", o.compression},
+      {"replay", o.replay},
       {"sluice_transport", "ratio_* and sluice_*: Sluice over the gRPC socket (client shared_memory off), as the "
                            "baseline has no shared memory; shm_* and sluice_shm_*: Sluice with same-host shared "
                            "memory (payloads > 16 KiB through the worker's ring; 1 KiB elements stay on the socket)"},

@@ -32,6 +32,11 @@ struct TransferBenchOptions {
   double warmup_seconds = 0.4;    // not measured, after the first pass over the cached elements
   int64_t cache_bytes = int64_t{32} << 20;  // distinct pre-made elements per size (both sides)
   std::string compression = "none";         // the Sluice job's compression: none|auto|lz4|zstd
+  // How the worker replays the cached elements: "encoded" (the pipeline ends in `cache: {}`, which a
+  // worker serves from the elements as encoded, as the baseline sends pre-serialized messages) or
+  // "elements" (`cache: {max_bytes: ...}` above the data: the pipeline's own cache, so every replay is
+  // copied, encoded and framed again: the cost of a pipeline that does not end in a cache).
+  std::string replay = "encoded";
   // The Sluice side the baseline is compared with (ratio_*) reads over the socket (the client's
   // shared_memory off): the raw gRPC baseline has no shared memory. With shm_side, a third side
   // reads with same-host shared memory (shm_ratio_*), in the same ABBA alternation.
@@ -68,8 +73,9 @@ double CpuSecondsPerGb(double cpu_seconds, int64_t bytes);
 std::string SizeLabel(int64_t bytes);
 // Pre-made elements per size: cache_bytes worth, within [16, 4096].
 int64_t DistinctElements(int64_t element_bytes, int64_t cache_bytes);
-// The Sluice side's pipeline spec (YAML).
-std::string TransferPipelineSpec(int64_t element_bytes, int64_t distinct_elements);
+// The Sluice side's pipeline spec (YAML). `replay`: "encoded" or "elements" (TransferBenchOptions).
+std::string TransferPipelineSpec(int64_t element_bytes, int64_t distinct_elements,
+                                 const std::string& replay = "encoded");
 // The median of the per-trial ratios sluice[i] / grpc[i] (trials run next to each other).
 double PairedRatio(const std::vector<double>& sluice, const std::vector<double>& grpc);
 // (max - min) / median; 0 for no values.

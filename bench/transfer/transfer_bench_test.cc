@@ -43,6 +43,31 @@ TEST_CASE("The transfer pipeline yields elements of the requested size, repeatin
   CHECK(keys[1] != keys[0]);
 }
 
+TEST_CASE("The replay option picks the cache a worker serves encoded or the pipeline own cache, same elements") {
+  const std::string encoded = TransferPipelineSpec(1024, 64, "encoded");
+  const std::string elements = TransferPipelineSpec(1024, 64, "elements");
+  CHECK(encoded.find("cache: {}") != std::string::npos);
+  CHECK(elements.find("cache: {max_bytes: ") != std::string::npos);
+  // Both read the same elements; the bound is far above them, so the pipeline's cache keeps them all.
+  for (const std::string& spec : {encoded, elements}) {
+    auto def = ParseBenchPipeline(spec, "transfer");
+    REQUIRE(def.ok());
+    auto p = pipeline::Pipeline::Create(*def);
+    REQUIRE(p.ok());
+    auto it = (*p)->MakeIterator();
+    REQUIRE(it.ok());
+    std::vector<uint64_t> keys;
+    for (int i = 0; i < 130; ++i) {
+      auto e = (*it)->Next();
+      REQUIRE(e.ok());
+      REQUIRE(e->has_value());
+      keys.push_back((*e)->key());
+    }
+    CHECK(keys[64] == keys[0]);
+    CHECK(keys[129] == keys[1]);
+  }
+}
+
 TEST_CASE("PairedRatio is the median of the per-trial ratios") {
   CHECK(PairedRatio({1, 2, 3}, {2, 2, 2}) == Approx(1.0));
   CHECK(PairedRatio({0.5, 0.9}, {1, 1}) == Approx(0.7));
@@ -121,6 +146,9 @@ TEST_CASE("Invalid options fail before any process starts") {
   o = TransferBenchOptions();
   o.seconds = 0;
   CHECK(RunTransferBenchmark(o) == 1);
+  o = TransferBenchOptions();
+  o.replay = "lazily";
+  CHECK(RunTransferBenchmark(o) == 1);
 }
 
 TEST_CASE("The transfer flags parse") {
@@ -131,9 +159,11 @@ TEST_CASE("The transfer flags parse") {
   CHECK(o.sizes == std::vector<int64_t>{2048});
   CHECK(o.trials == 3);
   CHECK(o.compression == "lz4");
+  CHECK(o.replay == "encoded");
   CHECK(o.shm_side);
-  app.parse("--no_shm_side", false);
+  app.parse("--no_shm_side --replay elements", false);
   CHECK(!o.shm_side);
+  CHECK(o.replay == "elements");
 }
 
 }  // namespace
