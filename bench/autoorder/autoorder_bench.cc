@@ -94,20 +94,10 @@ absl::StatusOr<Run> RunOnce(const pipeline::PipelineDef& def, int cores) {
   return run;
 }
 
-json SpreadJson(const Spread& s) { return {{"median", s.median}, {"min", s.min}, {"max", s.max}}; }
+// Without "n" (unlike the pipeline benchmark's): every figure here has --rounds values.
+json SpreadJson(const RunSpread& s) { return {{"median", s.median}, {"min", s.min}, {"max", s.max}}; }
 
 }  // namespace
-
-Spread SpreadOf(std::vector<double> values) {
-  Spread s;
-  if (values.empty()) return s;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  s.median = n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-  s.min = values.front();
-  s.max = values.back();
-  return s;
-}
 
 std::string ExpandDataTemplate(absl::string_view text, absl::string_view data_dir) {
   return absl::StrReplaceAll(text, {{"${DATA}", data_dir}});
@@ -257,7 +247,7 @@ int RunAutoOrderBenchmark(const AutoOrderBenchOptions& options) {
       Say(absl::StrFormat("%s round %d: as written %.1f, rewritten %.1f elements per CPU-second: %.2fx", name, r + 1, a,
                           b, b / a));
     }
-    const Spread a = SpreadOf(a_rates), b = SpreadOf(b_rates), ratio = SpreadOf(round_ratios);
+    const RunSpread a = SpreadOfRuns(a_rates), b = SpreadOfRuns(b_rates), ratio = SpreadOfRuns(round_ratios);
     const double median_ratio = a.median > 0 ? b.median / a.median : 0;
     json p = {{"spec", spec_path.string()},
               {"outcome", report.outcome()},

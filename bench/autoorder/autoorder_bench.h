@@ -41,11 +41,6 @@ int RunAutoOrderBenchmark(const AutoOrderBenchOptions& options);
 
 // --- pure helpers (exposed for tests) ------------------------------------------------------------
 
-struct Spread {
-  double median = 0, min = 0, max = 0;
-};
-Spread SpreadOf(std::vector<double> values);
-
 // The spec template with ${DATA} filled in.
 std::string ExpandDataTemplate(absl::string_view text, absl::string_view data_dir);
 

@@ -91,4 +91,18 @@ double ThisProcessCpuSeconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
+RunSpread SpreadOfRuns(std::vector<double> values) {
+  RunSpread s;
+  if (values.empty()) return s;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  s.median = n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+  s.min = values.front();
+  s.max = values.back();
+  s.n = static_cast<int>(n);
+  return s;
+}
+
+double RelativeRange(const std::vector<double>& values) { return SpreadOfRuns(values).relative_range(); }
+
 }  // namespace sluice::bench

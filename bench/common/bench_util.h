@@ -1,6 +1,6 @@
 // Small helpers the benchmarks share: whole-file reads, polling with a deadline, running a shell
-// command line by line, shell quoting, the JPEG files of a directory, the CPU model and this
-// process's CPU time. Stateless functions; thread-safe (RunCommand calls `on_line` on the calling
+// command line by line, shell quoting, the JPEG files of a directory, the CPU model, this
+// process's CPU time and the spread (median, min, max) of repeated runs. Stateless functions; thread-safe (RunCommand calls `on_line` on the calling
 // thread).
 #ifndef SLUICE_BENCH_COMMON_BENCH_UTIL_H_
 #define SLUICE_BENCH_COMMON_BENCH_UTIL_H_
@@ -42,6 +42,21 @@ std::string ParseCpuModel(absl::string_view cpuinfo);
 std::string CpuModelName();
 // CPU seconds this process used so far, all threads (CLOCK_PROCESS_CPUTIME_ID).
 double ThisProcessCpuSeconds();
+
+// The spread of repeated measurements (runs, trials, windows): median, min, max and count.
+// All zero for no values.
+struct RunSpread {
+  double median = 0, min = 0, max = 0;
+  int n = 0;
+  // (max - min) / median, the relative range; 0 for fewer than two values or a median <= 0.
+  double relative_range() const { return n > 1 && median > 0 ? (max - min) / median : 0; }
+};
+// Median (the mean of the middle two for an even count), min, max and count of `values`;
+// all zero when `values` is empty.
+RunSpread SpreadOfRuns(std::vector<double> values);
+// SpreadOfRuns(values).relative_range(): (max - min) / median; 0 for no values, one value, or a
+// median <= 0.
+double RelativeRange(const std::vector<double>& values);
 
 }  // namespace sluice::bench
 

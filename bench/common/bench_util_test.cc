@@ -122,5 +122,34 @@ TEST_CASE("bench_util: ThisProcessCpuSeconds grows with work done") {
   CHECK(after > before);
 }
 
+// Moved here with the helpers: SpreadOfRuns (pipeline), SpreadOf (autoorder), SpreadOfTrials
+// (scaleout, sharding) and Spread (transfer, overhead) are now SpreadOfRuns and RelativeRange.
+TEST_CASE("bench_util: SpreadOfRuns gives median, min, max and count") {
+  RunSpread s = SpreadOfRuns({3, 1, 2, 10});
+  CHECK(s.median == Approx(2.5));
+  CHECK(s.min == 1);
+  CHECK(s.max == 10);
+  CHECK(s.n == 4);
+  CHECK(SpreadOfRuns({}).n == 0);
+  CHECK(SpreadOfRuns({}).median == 0);
+  RunSpread odd = SpreadOfRuns({5, 1, 3});
+  CHECK(odd.median == 3);
+  CHECK(odd.min == 1);
+  CHECK(odd.max == 5);
+  CHECK(odd.n == 3);
+  CHECK(odd.relative_range() == Approx(4.0 / 3.0));
+  CHECK(SpreadOfRuns({2, 4}).median == 3);
+  CHECK(SpreadOfRuns({7}).relative_range() == 0);
+}
+
+TEST_CASE("bench_util: RelativeRange is the range over the median") {
+  CHECK(RelativeRange({1, 2, 3}) == Approx(1.0));
+  CHECK(RelativeRange({5, 1, 3}) == Approx(4.0 / 3.0));
+  CHECK(RelativeRange({2}) == 0);
+  CHECK(RelativeRange({}) == 0);
+  CHECK(RelativeRange({0, 0, 1}) == 0);    // zero median
+  CHECK(RelativeRange({-3, -2, 1}) == 0);  // negative median
+}
+
 }  // namespace
 }  // namespace sluice::bench

@@ -139,13 +139,6 @@ absl::StatusOr<OverheadSample> RunThroughService(local::LocalDataService& ds, co
   return sample;
 }
 
-double Spread(const std::vector<double>& values) {
-  if (values.empty()) return 0;
-  auto [lo, hi] = std::minmax_element(values.begin(), values.end());
-  const double median = Median(values);
-  return median > 0 ? (*hi - *lo) / median : 0;
-}
-
 std::vector<double> Column(const std::vector<OverheadSample>& samples, double (*f)(const OverheadSample&)) {
   std::vector<double> out;
   for (const auto& s : samples) out.push_back(f(s));
@@ -190,8 +183,8 @@ nlohmann::json OverheadResultJson(const std::vector<OverheadSample>& in_process,
   out["meets_target"] = local > 0 && remote > 0 && overhead <= target;
   out["in_process_cpu_ms_per_element"] = Round(local * 1e3, 4);
   out["service_cpu_ms_per_element"] = Round(remote * 1e3, 4);
-  out["in_process_cpu_spread"] = Round(Spread(local_cpu), 3);
-  out["service_cpu_spread"] = Round(Spread(remote_cpu), 3);
+  out["in_process_cpu_spread"] = Round(RelativeRange(local_cpu), 3);
+  out["service_cpu_spread"] = Round(RelativeRange(remote_cpu), 3);
   out["in_process_elements_per_second"] = Round(Median(Column(in_process, rate)), 1);
   out["service_elements_per_second"] = Round(Median(Column(service, rate)), 1);
   // Per round (sides next to each other): service / in-process - 1.

@@ -243,18 +243,6 @@ absl::StatusOr<SideResult> ParseTorchResult(absl::string_view line, std::string*
   return r;
 }
 
-RunSpread SpreadOfRuns(std::vector<double> values) {
-  RunSpread s;
-  if (values.empty()) return s;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  s.median = n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-  s.min = values.front();
-  s.max = values.back();
-  s.n = static_cast<int>(n);
-  return s;
-}
-
 std::string RoundOrder(bool with_torch) { return with_torch ? "SUBBUS" : "SS"; }
 
 namespace {

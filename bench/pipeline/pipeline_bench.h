@@ -62,13 +62,6 @@ struct SideResult {
   double images_per_cpu_second() const { return cpu_seconds > 0 ? static_cast<double>(images) / cpu_seconds : 0; }
 };
 
-// Median, min and max of repeated runs.
-struct RunSpread {
-  double median = 0, min = 0, max = 0;
-  int n = 0;
-};
-RunSpread SpreadOfRuns(std::vector<double> values);
-
 struct BenchReport {
   int cores = 0;
   int64_t dataset_images = 0;

@@ -137,16 +137,6 @@ TEST_CASE("ParseTorchResult reads the variant runs of torch_pipeline.py") {
   CHECK(r->images_per_cpu_second() == Approx(96));
 }
 
-TEST_CASE("SpreadOfRuns gives median, min, max and count") {
-  RunSpread s = SpreadOfRuns({3, 1, 2, 10});
-  CHECK(s.median == Approx(2.5));
-  CHECK(s.min == 1);
-  CHECK(s.max == 10);
-  CHECK(s.n == 4);
-  CHECK(SpreadOfRuns({}).n == 0);
-  CHECK(SpreadOfRuns({}).median == 0);
-}
-
 TEST_CASE("RoundOrder alternates the sides symmetrically") {
   CHECK(RoundOrder(true) == "SUBBUS");
   CHECK(RoundOrder(false) == "SS");

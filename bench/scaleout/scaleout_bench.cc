@@ -170,7 +170,7 @@ nlohmann::json ScaleoutResultJson(const std::vector<ScaleoutPoint>& points, cons
     for (double w : windows) rounded.push_back(Round(w, 1));
     list.push_back({{"workers", p.workers},
                     {"elements_per_second", Round(p.elements_per_second, 1)},
-                    {"elements_per_second_spread", TrialSpreadJson(SpreadOfTrials(windows), 1)},
+                    {"elements_per_second_spread", TrialSpreadJson(SpreadOfRuns(windows), 1)},
                     {"window_elements_per_second", rounded},
                     {"per_worker_elements_per_second", Round(Ratio(p.elements_per_second, p.workers), 1)},
                     {"efficiency", Round(eff, 3)},
@@ -193,7 +193,7 @@ nlohmann::json ScaleoutResultJson(const std::vector<ScaleoutPoint>& points, cons
       return p.window_elements_per_second.empty() ? std::vector<double>{p.elements_per_second}
                                                   : p.window_elements_per_second;
     };
-    const TrialSpread m = SpreadOfTrials(windows(*max)), b = SpreadOfTrials(windows(*base));
+    const RunSpread m = SpreadOfRuns(windows(*max)), b = SpreadOfRuns(windows(*base));
     range = {Round(ScalingEfficiency(m.min, max->workers, b.max), 3), Round(ScalingEfficiency(m.max, max->workers, b.min), 3)};
   }
   out["efficiency_at_max_range"] = range;
@@ -255,7 +255,7 @@ int RunScaleoutBenchmark(const ScaleoutBenchOptions& o) {
                                                                p.status().message())),
                   *log_dir);
     }
-    const TrialSpread spread = SpreadOfTrials(p->window_elements_per_second);
+    const RunSpread spread = SpreadOfRuns(p->window_elements_per_second);
     std::fprintf(stderr,
                  "scaleout: %d workers  %9.1f elements/s median of %d windows (%.1f-%.1f; %.1f per worker, worker CPU "
                  "%.3f/s each, throttled %.0f%%)\n",

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "bench/common/bench_util.h"
 #include "bench/dataservice/bench_service.h"
 #include "bench/transfer/raw_grpc.h"
 #include "common/log.h"
@@ -149,13 +150,6 @@ double PairedRatio(const std::vector<double>& sluice, const std::vector<double>&
   return Median(ratios);
 }
 
-double Spread(const std::vector<double>& values) {
-  if (values.empty()) return 0;
-  auto [lo, hi] = std::minmax_element(values.begin(), values.end());
-  const double median = Median(values);
-  return median > 0 ? (*hi - *lo) / median : 0;
-}
-
 double GbPerCpuSecond(double cpu_seconds_per_gb) { return cpu_seconds_per_gb > 0 ? 1.0 / cpu_seconds_per_gb : 0; }
 
 nlohmann::json TransferResultJson(const std::vector<TransferSizeResult>& sizes, double target, double small_target,
@@ -186,8 +180,8 @@ nlohmann::json TransferResultJson(const std::vector<TransferSizeResult>& sizes, 
                         {"label", label},
                         {"ratio", Round(ratio, 3)},
                         {"target_ratio", size_target},
-                        {"sluice_gbps_spread", Round(Spread(s.sluice_gbps), 3)},
-                        {"grpc_gbps_spread", Round(Spread(s.grpc_gbps), 3)},
+                        {"sluice_gbps_spread", Round(RelativeRange(s.sluice_gbps), 3)},
+                        {"grpc_gbps_spread", Round(RelativeRange(s.grpc_gbps), 3)},
                         {"sluice_gb_per_cpu_s", Round(GbPerCpuSecond(sluice_cpu), 3)},
                         {"grpc_gb_per_cpu_s", Round(GbPerCpuSecond(grpc_cpu), 3)},
                         {"sluice_gbps", Round(sluice, 3)},
@@ -209,7 +203,7 @@ nlohmann::json TransferResultJson(const std::vector<TransferSizeResult>& sizes, 
       out["shm_cpu_cost_ratio_" + label] = Round(Ratio(shm_cpu, grpc_cpu), 3);
       d["shm_ratio"] = out["shm_ratio_" + label];
       d["sluice_shm_gbps"] = Round(Median(s.shm_gbps), 3);
-      d["sluice_shm_gbps_spread"] = Round(Spread(s.shm_gbps), 3);
+      d["sluice_shm_gbps_spread"] = Round(RelativeRange(s.shm_gbps), 3);
       d["sluice_shm_gb_per_cpu_s"] = Round(GbPerCpuSecond(shm_cpu), 3);
       d["sluice_shm_worker_cpu_s_per_gb"] = Round(Median(s.shm_server_cpu_per_gb), 3);
       d["sluice_shm_client_cpu_s_per_gb"] = Round(Median(s.shm_client_cpu_per_gb), 3);

@@ -78,8 +78,6 @@ std::string TransferPipelineSpec(int64_t element_bytes, int64_t distinct_element
                                  const std::string& replay = "encoded");
 // The median of the per-trial ratios sluice[i] / grpc[i] (trials run next to each other).
 double PairedRatio(const std::vector<double>& sluice, const std::vector<double>& grpc);
-// (max - min) / median; 0 for no values.
-double Spread(const std::vector<double>& values);
 // The result object: per-size details plus the flat keys ratio_<label>, sluice_gbps_<label>,
 // grpc_gbps_<label>, cpu_cost_ratio_<label> (Sluice's server+client CPU per GB over raw gRPC's)
 // and sluice_/grpc_gb_per_cpu_s_<label> (payload GB per CPU-second of server and client);

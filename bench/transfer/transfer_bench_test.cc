@@ -80,12 +80,6 @@ TEST_CASE("CpuSecondsPerGb") {
   CHECK(CpuSecondsPerGb(0.5, 0) == 0);
 }
 
-TEST_CASE("Spread is the range over the median") {
-  CHECK(Spread({1, 2, 3}) == Approx(1.0));
-  CHECK(Spread({2}) == 0);
-  CHECK(Spread({}) == 0);
-}
-
 TEST_CASE("TransferResultJson has the flat keys and judges small sizes against the small target") {
   std::vector<TransferSizeResult> sizes = {
       {1024, {0.1, 0.1}, {0.5, 0.5}, {1e5, 1e5}, {4, 4}, {1, 1}, {4, 4}, {1, 1}, {}, {}, {}},
