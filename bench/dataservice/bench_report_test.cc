@@ -6,6 +6,8 @@
 
 #include <filesystem>
 
+#include "bench/dataservice/bench_service.h"
+
 namespace sluice::bench {
 namespace {
 
@@ -92,6 +94,16 @@ TEST_CASE("ProcessCpuSeconds reads this process, and names a missing one") {
   REQUIRE(self.ok());
   CHECK(*self >= 0);
   CHECK(ProcessCpuSeconds(-5).status().code() == absl::StatusCode::kNotFound);
+}
+
+TEST_CASE("ParseCompression takes the four names and names the flag otherwise") {
+  CHECK(*ParseCompression("none") == service::COMPRESSION_NONE);
+  CHECK(*ParseCompression("auto") == service::COMPRESSION_AUTO);
+  CHECK(*ParseCompression("lz4") == service::COMPRESSION_LZ4);
+  CHECK(*ParseCompression("zstd") == service::COMPRESSION_ZSTD);
+  auto bad = ParseCompression("gzip");
+  REQUIRE(bad.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(bad.status().message() == "--compression: 'gzip' is not one of none, auto, lz4, zstd");
 }
 
 }  // namespace

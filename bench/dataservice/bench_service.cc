@@ -2,6 +2,8 @@
 
 #include <iostream>
 
+#include "absl/strings/str_cat.h"
+
 namespace sluice::bench {
 
 local::LocalDataServiceOptions BenchServiceOptions(const std::string& bin_dir, const std::string& log_dir,
@@ -45,6 +47,14 @@ void StopBenchService(std::unique_ptr<local::LocalDataService>& service) {
     std::cerr << "note: stopping the benchmark's processes: " << s.message() << "\n";
   }
   service.reset();
+}
+
+absl::StatusOr<service::Compression> ParseCompression(const std::string& name) {
+  if (name == "none") return service::COMPRESSION_NONE;
+  if (name == "auto") return service::COMPRESSION_AUTO;
+  if (name == "lz4") return service::COMPRESSION_LZ4;
+  if (name == "zstd") return service::COMPRESSION_ZSTD;
+  return absl::InvalidArgumentError(absl::StrCat("--compression: '", name, "' is not one of none, auto, lz4, zstd"));
 }
 
 }  // namespace sluice::bench

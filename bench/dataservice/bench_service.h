@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "dataservice.pb.h"
 #include "local/local_dataservice.h"
 
 namespace sluice::bench {
@@ -26,6 +27,10 @@ absl::Status AddBenchWorker(local::LocalDataService& service, const local::Worke
 absl::Status StopAllWorkers(local::LocalDataService& service);
 // SIGTERM to every process, then SIGKILL after 3 s (what the benchmarks did before exiting).
 void StopBenchService(std::unique_ptr<local::LocalDataService>& service);
+
+// The benchmarks' --compression flag: none, auto, lz4 or zstd; otherwise InvalidArgument
+// "--compression: '<name>' is not one of none, auto, lz4, zstd".
+absl::StatusOr<service::Compression> ParseCompression(const std::string& name);
 
 }  // namespace sluice::bench
 

@@ -22,14 +22,6 @@ namespace {
 // Cachew (ATC '22) reports remote tf.data needing 30-50% more cores; the goal is far below that.
 constexpr double kTargetOverhead = 0.10;
 
-absl::StatusOr<service::Compression> ParseCompression(const std::string& name) {
-  if (name == "none") return service::COMPRESSION_NONE;
-  if (name == "auto") return service::COMPRESSION_AUTO;
-  if (name == "lz4") return service::COMPRESSION_LZ4;
-  if (name == "zstd") return service::COMPRESSION_ZSTD;
-  return absl::InvalidArgumentError(absl::StrCat("--compression: '", name, "' is not one of none, auto, lz4, zstd"));
-}
-
 absl::Status ValidateOptions(const OverheadBenchOptions& o) {
   if (o.rounds < 1) return absl::InvalidArgumentError(absl::StrCat("--rounds must be >= 1, got ", o.rounds));
   if (!(o.seconds > 0)) return absl::InvalidArgumentError(absl::StrCat("--seconds must be > 0, got ", o.seconds));

@@ -26,14 +26,6 @@ constexpr double kSmallTargetRatio = 0.7;
 // What tf.data service users report per consumer (GB/s), for context in the result.
 constexpr double kUpstreamReferenceGbps = 0.126;
 
-absl::StatusOr<service::Compression> ParseCompression(const std::string& name) {
-  if (name == "none") return service::COMPRESSION_NONE;
-  if (name == "auto") return service::COMPRESSION_AUTO;
-  if (name == "lz4") return service::COMPRESSION_LZ4;
-  if (name == "zstd") return service::COMPRESSION_ZSTD;
-  return absl::InvalidArgumentError(absl::StrCat("--compression: '", name, "' is not one of none, auto, lz4, zstd"));
-}
-
 absl::Status ValidateOptions(const TransferBenchOptions& o) {
   if (o.sizes.empty()) return absl::InvalidArgumentError("--sizes: give at least one element size");
   for (int64_t s : o.sizes) {
