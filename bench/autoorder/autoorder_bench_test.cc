@@ -3,16 +3,14 @@
 #include "bench/autoorder/autoorder_bench.h"
 
 #include <catch2/catch.hpp>
-#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include <jpeglib.h>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "dataplane/pipeline/image/image_test_util.h"
 #include "dataplane/pipeline/pipeline_test_util.h"
 #include "testing/test_util.h"
 
@@ -21,34 +19,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Writes a w x h RGB JPEG with a smooth pattern.
+// Writes a w x h RGB JPEG of StripedImage at quality 75 (libjpeg's default).
 void WriteJpeg(const fs::path& path, int w, int h, int seed) {
-  std::vector<uint8_t> pixels(static_cast<size_t>(w) * h * 3);
-  for (int y = 0; y < h; ++y) {
-    for (int x = 0; x < w; ++x) {
-      for (int c = 0; c < 3; ++c) pixels[(y * w + x) * 3 + c] = static_cast<uint8_t>((x * (c + 1) + y * 2 + seed * 40) & 0xFF);
-    }
-  }
-  jpeg_compress_struct cinfo;
-  jpeg_error_mgr jerr;
-  cinfo.err = jpeg_std_error(&jerr);
-  jpeg_create_compress(&cinfo);
-  FILE* f = std::fopen(path.c_str(), "wb");
-  REQUIRE(f != nullptr);
-  jpeg_stdio_dest(&cinfo, f);
-  cinfo.image_width = w;
-  cinfo.image_height = h;
-  cinfo.input_components = 3;
-  cinfo.in_color_space = JCS_RGB;
-  jpeg_set_defaults(&cinfo);
-  jpeg_start_compress(&cinfo, TRUE);
-  while (cinfo.next_scanline < cinfo.image_height) {
-    JSAMPROW row = pixels.data() + static_cast<size_t>(cinfo.next_scanline) * w * 3;
-    jpeg_write_scanlines(&cinfo, &row, 1);
-  }
-  jpeg_finish_compress(&cinfo);
-  jpeg_destroy_compress(&cinfo);
-  std::fclose(f);
+  namespace img = pipeline::image::testing;
+  sluice::testing::WriteFile(path.string(), img::EncodeJpeg(img::StripedImage(h, w, seed), {.quality = 75}));
 }
 
 TEST_CASE("The data template") {

@@ -38,6 +38,17 @@ RawImage SmoothImage(int64_t h, int64_t w, int64_t channels) {
   return img;
 }
 
+RawImage StripedImage(int64_t h, int64_t w, int seed) {
+  RawImage img{h, w, 3, {}};
+  img.pixels.resize(h * w * 3);
+  for (int64_t y = 0; y < h; ++y) {
+    for (int64_t x = 0; x < w; ++x) {
+      for (int64_t c = 0; c < 3; ++c) img.pixels[(y * w + x) * 3 + c] = static_cast<uint8_t>((x * (c + 1) + y * 2 + seed * 40) & 0xFF);
+    }
+  }
+  return img;
+}
+
 RawImage NoiseImage(int64_t h, int64_t w, int64_t channels, uint64_t seed) {
   RawImage img{h, w, channels, {}};
   img.pixels.resize(h * w * channels);

@@ -26,6 +26,9 @@ RawImage FlatImage(int64_t h, int64_t w, std::vector<uint8_t> color);
 RawImage SmoothImage(int64_t h, int64_t w, int64_t channels);
 // Uniform random bytes from a fixed seed.
 RawImage NoiseImage(int64_t h, int64_t w, int64_t channels, uint64_t seed);
+// RGB diagonal stripes, (x * (c + 1) + 2 * y + 40 * seed) mod 256 per channel c: the benchmark
+// tests' JPEG content (bench/pipeline, bench/autoorder).
+RawImage StripedImage(int64_t h, int64_t w, int seed);
 
 struct JpegOptions {
   int quality = 95;
