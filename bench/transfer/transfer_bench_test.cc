@@ -22,25 +22,33 @@ TEST_CASE("DistinctElements holds cache_bytes within bounds") {
   CHECK(DistinctElements(0, 32 << 20) == 16);
 }
 
-TEST_CASE("The transfer pipeline yields elements of the requested size, repeating the cached ones") {
-  auto def = ParseBenchPipeline(TransferPipelineSpec(100 * 1024, 16), "transfer");
+// The first `n` elements of the transfer pipeline `spec`, run in-process.
+std::vector<pipeline::Element> FirstElements(const std::string& spec, int n) {
+  auto def = ParseBenchPipeline(spec, "transfer");
   REQUIRE(def.ok());
   auto p = pipeline::Pipeline::Create(*def);
   REQUIRE(p.ok());
   auto it = (*p)->MakeIterator();
   REQUIRE(it.ok());
-  std::vector<uint64_t> keys;
-  for (int i = 0; i < 40; ++i) {  // more than one pass: repeat is endless
+  std::vector<pipeline::Element> out;
+  for (int i = 0; i < n; ++i) {
     auto e = (*it)->Next();
     REQUIRE(e.ok());
     REQUIRE(e->has_value());
-    const pipeline::Tensor* data = (*e)->Find("data");
+    out.push_back(**std::move(e));
+  }
+  return out;
+}
+
+TEST_CASE("The transfer pipeline yields elements of the requested size, repeating the cached ones") {
+  const std::vector<pipeline::Element> elements = FirstElements(TransferPipelineSpec(100 * 1024, 16), 40);
+  for (const pipeline::Element& e : elements) {  // more than one pass: repeat is endless
+    const pipeline::Tensor* data = e.Find("data");
     REQUIRE(data != nullptr);
     CHECK(data->nbytes() == 100 * 1024);
-    keys.push_back((*e)->key());
   }
-  CHECK(keys[16] == keys[0]);
-  CHECK(keys[1] != keys[0]);
+  CHECK(elements[16].key() == elements[0].key());
+  CHECK(elements[1].key() != elements[0].key());
 }
 
 TEST_CASE("The replay option picks the cache a worker serves encoded or the pipeline own cache, same elements") {
@@ -50,21 +58,10 @@ TEST_CASE("The replay option picks the cache a worker serves encoded or the pipe
   CHECK(elements.find("cache: {max_bytes: ") != std::string::npos);
   // Both read the same elements; the bound is far above them, so the pipeline's cache keeps them all.
   for (const std::string& spec : {encoded, elements}) {
-    auto def = ParseBenchPipeline(spec, "transfer");
-    REQUIRE(def.ok());
-    auto p = pipeline::Pipeline::Create(*def);
-    REQUIRE(p.ok());
-    auto it = (*p)->MakeIterator();
-    REQUIRE(it.ok());
-    std::vector<uint64_t> keys;
-    for (int i = 0; i < 130; ++i) {
-      auto e = (*it)->Next();
-      REQUIRE(e.ok());
-      REQUIRE(e->has_value());
-      keys.push_back((*e)->key());
-    }
-    CHECK(keys[64] == keys[0]);
-    CHECK(keys[129] == keys[1]);
+    const std::vector<pipeline::Element> read = FirstElements(spec, 130);
+    CHECK(read[64].key() == read[0].key());
+    CHECK(read[129].key() == read[1].key());
+    CHECK(read[1].key() != read[0].key());
   }
 }
 
