@@ -371,26 +371,34 @@ TEST_CASE("worker_grpc same-host shared memory: announced, attached, large paylo
   service::GetElementsRequest request = Request(1);
   request.set_shm_boot_id(rpc::ShmBootId());
   request.set_compression(service::COMPRESSION_NONE);
-  SECTION("a client that attaches gets payloads through the ring, and may release them") {
-    grpc::ClientContext context;
+  // Opens a stream for `request`; its first response, `hello`, offers the ring and holds no element.
+  auto open = [&](grpc::ClientContext& context, service::GetElementsResponse& hello) {
     context.set_wait_for_ready(true);
     auto reader = w.stub->GetElements(&context, request);
-    service::GetElementsResponse response;
-    REQUIRE(reader->Read(&response));
-    REQUIRE(response.has_shm_ring());
-    CHECK(response.elements_size() == 0);
-    auto ring = rpc::ShmRingReader::Attach(response.shm_ring().path(), response.shm_ring().file_bytes(),
-                                           response.shm_ring().nonce());
+    REQUIRE(reader->Read(&hello));
+    REQUIRE(hello.has_shm_ring());
+    CHECK(hello.elements_size() == 0);
+    return reader;
+  };
+  auto attach = [](const service::GetElementsResponse& hello) {
+    auto ring = rpc::ShmRingReader::Attach(hello.shm_ring().path(), hello.shm_ring().file_bytes(), hello.shm_ring().nonce());
     REQUIRE(ring.ok());
+    return *std::move(ring);
+  };
+  SECTION("a client that attaches gets payloads through the ring, and may release them") {
+    grpc::ClientContext context;
+    service::GetElementsResponse response;
+    auto reader = open(context, response);
+    auto ring = attach(response);
     int64_t via_shm = 0, next = 0;
     bool end = false;
     while (reader->Read(&response)) {
       for (service::ElementData e : response.elements()) {
         if (e.shm_size() > 0) {
-          auto view = (*ring)->View(e.shm_offset(), e.shm_size());
+          auto view = ring->View(e.shm_offset(), e.shm_size());
           REQUIRE(view.ok());
           e.set_data(std::string(*view));
-          (*ring)->Release(e.shm_offset() + e.shm_size());
+          ring->Release(e.shm_offset() + e.shm_size());
           ++via_shm;
         }
         CHECK(first_value(e) == next);
@@ -412,20 +420,15 @@ TEST_CASE("worker_grpc same-host shared memory: announced, attached, large paylo
     w.Assign(MakeTask(3, "source: {range: {stop: 400}}\n" + padded));
     request.set_task_id(3);
     grpc::ClientContext context;
-    context.set_wait_for_ready(true);
-    auto reader = w.stub->GetElements(&context, request);
     service::GetElementsResponse response;
-    REQUIRE(reader->Read(&response));
-    REQUIRE(response.has_shm_ring());
-    auto ring = rpc::ShmRingReader::Attach(response.shm_ring().path(), response.shm_ring().file_bytes(),
-                                           response.shm_ring().nonce());
-    REQUIRE(ring.ok());
+    auto reader = open(context, response);
+    auto ring = attach(response);
     std::vector<std::shared_ptr<const void>> held;
     int64_t next = 0, via_shm_held = 0, bytes_while_full = 0, via_shm_after = 0;
     while (reader->Read(&response)) {
       for (service::ElementData e : response.elements()) {
         if (e.shm_size() > 0) {
-          auto view = (*ring)->Hold(e.shm_offset(), e.shm_size());
+          auto view = ring->Hold(e.shm_offset(), e.shm_size());
           REQUIRE(view.ok());
           e.set_data(std::string(view->bytes));
           if (next < 200) {
@@ -446,17 +449,14 @@ TEST_CASE("worker_grpc same-host shared memory: announced, attached, large paylo
     INFO(via_shm_held << " held in the ring, " << bytes_while_full << " as bytes while it was full, " << via_shm_after
                       << " through it after the release");
     CHECK(via_shm_held > 0);
-    CHECK(static_cast<uint64_t>(via_shm_held) * 160000 <= (*ring)->data_bytes());
+    CHECK(static_cast<uint64_t>(via_shm_held) * 160000 <= ring->data_bytes());
     CHECK(bytes_while_full > 0);
     CHECK(via_shm_after > 0);
   }
   SECTION("a client that never attaches (another /dev/shm) gets bytes; the ring goes with the stream") {
     grpc::ClientContext context;
-    context.set_wait_for_ready(true);
-    auto reader = w.stub->GetElements(&context, request);
     service::GetElementsResponse response;
-    REQUIRE(reader->Read(&response));
-    REQUIRE(response.has_shm_ring());
+    auto reader = open(context, response);
     int64_t next = 0;
     while (reader->Read(&response)) {
       for (const service::ElementData& e : response.elements()) {
@@ -475,11 +475,8 @@ TEST_CASE("worker_grpc same-host shared memory: announced, attached, large paylo
     request.set_task_id(2);
     {
       grpc::ClientContext context;
-      context.set_wait_for_ready(true);
-      auto reader = w.stub->GetElements(&context, request);
       service::GetElementsResponse response;
-      REQUIRE(reader->Read(&response));
-      REQUIRE(response.has_shm_ring());
+      auto reader = open(context, response);
       CHECK(std::filesystem::exists(response.shm_ring().path()));
       context.TryCancel();
       while (reader->Read(&response)) {
